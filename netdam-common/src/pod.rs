@@ -1,0 +1,8 @@
+//! Map values the host reads and writes through aya.
+
+use crate::{NodeConfig, Region};
+
+// SAFETY: both are repr(C), made of integers only, with explicit padding
+// fields, so every bit pattern is valid and there are no implicit holes.
+unsafe impl aya::Pod for NodeConfig {}
+unsafe impl aya::Pod for Region {}

@@ -1,0 +1,127 @@
+//! The carrier parser (PROTOCOL.md section 1): decides whether a frame is a
+//! NetDAM request for this node, and where its parts are.
+
+use aya_ebpf::{helpers::generated::bpf_xdp_load_bytes, programs::XdpContext};
+use netdam_common::{
+    config::cfg_flags,
+    counters::Event,
+    wire::{is_unanswerable_source, ETH_P_IPV4, HDR_LEN, IPPROTO_UDP},
+    NetdamHdr, NodeConfig,
+};
+use network_types::{eth::EthHdr, ip::Ipv4Hdr, udp::UdpHdr};
+
+use crate::{maps::PEERS, Verdict};
+
+/// A NetDAM request addressed to this node, with its headers copied out.
+pub struct Request {
+    pub eth: EthHdr,
+    pub ip: Ipv4Hdr,
+    pub udp: UdpHdr,
+    pub hdr: NetdamHdr,
+    /// Offset of the payload (after the NetDAM and SR headers) in the frame.
+    pub payload_off: u32,
+}
+
+impl Request {
+    /// Bytes of IPv4 options, dropped in every answer.
+    #[inline(always)]
+    pub fn ip_options_len(&self) -> u32 {
+        ((self.ip.vihl & 0x0F) as u32 - 5) * 4
+    }
+}
+
+#[inline(always)]
+fn load<T>(ctx: &XdpContext, off: u32, out: &mut T) -> Result<(), Verdict> {
+    // SAFETY: `out` is a live stack object of exactly size_of::<T>() bytes.
+    let r = unsafe { bpf_xdp_load_bytes(ctx.ctx, off, (out as *mut T).cast(), core::mem::size_of::<T>() as u32) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(Verdict::Drop(Event::DropTruncated))
+    }
+}
+
+/// Stack copy of a header at `off`; `Pass` if the frame is too short (not ours to judge).
+/// Only for the plain-integer header structs of network-types.
+#[inline(always)]
+fn load_or_pass<T: Copy>(ctx: &XdpContext, off: u32) -> Result<T, Verdict> {
+    // SAFETY: the header structs are plain bytes and integers: all-zero is valid.
+    let mut v: T = unsafe { core::mem::zeroed() };
+    load(ctx, off, &mut v).map_err(|_| Verdict::Pass)?;
+    Ok(v)
+}
+
+/// Parses the carrier and the NetDAM header. `Err(Pass)` for every frame that
+/// is not a NetDAM request to this node; `Err(Drop(..))` for the ones
+/// section 1 and 5 say to drop and count.
+#[inline(always)]
+pub fn try_parse(ctx: &XdpContext, cfg: &NodeConfig, frame_len: u32) -> Result<Request, Verdict> {
+    let eth: EthHdr = load_or_pass(ctx, 0)?;
+    if eth.ether_type != ETH_P_IPV4.to_be() || eth.dst_addr != cfg.mac {
+        return Err(Verdict::Pass);
+    }
+    let ip: Ipv4Hdr = load_or_pass(ctx, EthHdr::LEN as u32)?;
+    let ihl = (ip.vihl & 0x0F) as u32;
+    if ip.vihl >> 4 != 4 || ihl < 5 || ip.proto != IPPROTO_UDP {
+        return Err(Verdict::Pass);
+    }
+    if u32::from_ne_bytes(ip.dst_addr) != cfg.ipv4_be {
+        return Err(Verdict::Pass);
+    }
+    let frag = u16::from_be_bytes(ip.frags);
+    if frag & 0x1FFF != 0 {
+        // Later fragments carry no UDP header.
+        return Err(Verdict::Pass);
+    }
+    let l4 = EthHdr::LEN as u32 + ihl * 4;
+    let udp: UdpHdr = load_or_pass(ctx, l4)?;
+    if u16::from_be_bytes(udp.dst) != cfg.port {
+        return Err(Verdict::Pass);
+    }
+    if frag & 0x2000 != 0 {
+        return Err(Verdict::Drop(Event::DropFragment));
+    }
+    let udp_len = u16::from_be_bytes(udp.len) as u32;
+    let ip_len = u16::from_be_bytes(ip.tot_len) as u32;
+    if udp_len < UdpHdr::LEN as u32 || l4 + udp_len > frame_len || udp_len + ihl * 4 > ip_len {
+        return Err(Verdict::Drop(Event::DropTruncated));
+    }
+    let src = u32::from_ne_bytes(ip.src_addr);
+    if is_unanswerable_source(u32::from_be(src)) {
+        return Err(Verdict::Drop(Event::DropBadSource));
+    }
+    if cfg.flags & cfg_flags::VERIFY_CSUM != 0 && udp.check != [0, 0] {
+        crate::checksum::verify_udp(ctx, &ip, l4, udp_len)?;
+    }
+    let nd_len = udp_len - UdpHdr::LEN as u32;
+    if nd_len < HDR_LEN as u32 {
+        return Err(Verdict::Drop(Event::DropTruncated));
+    }
+    let mut hdr = NetdamHdr::default();
+    load(ctx, l4 + UdpHdr::LEN as u32, &mut hdr)?;
+    if hdr.magic != netdam_common::wire::MAGIC {
+        return Err(Verdict::Drop(Event::DropBadMagic));
+    }
+    if hdr.is_response() {
+        return Err(Verdict::PassCounted(Event::PassResponse));
+    }
+    // SAFETY: a lookup in a hash map of plain values.
+    if cfg.flags & cfg_flags::PEERS_ONLY != 0 && unsafe { PEERS.get(&src) }.is_none() {
+        return Err(Verdict::Drop(Event::DropNotPeer));
+    }
+    let headers = (HDR_LEN as u32) + hdr.sr_len as u32;
+    if headers > nd_len {
+        return Err(Verdict::Drop(Event::DropTruncated));
+    }
+    let payload_avail = nd_len - headers;
+    if hdr.len() as u32 > payload_avail {
+        return Err(Verdict::Drop(Event::DropLenPastDatagram));
+    }
+    Ok(Request {
+        eth,
+        ip,
+        udp,
+        hdr,
+        payload_off: l4 + UdpHdr::LEN as u32 + headers,
+    })
+}

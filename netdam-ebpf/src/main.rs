@@ -1,0 +1,72 @@
+//! The NetDAM XDP program: carrier parsing, validation, execution and
+//! in-place answers (PROTOCOL.md). One entry point; every error becomes a
+//! verdict in `netdam` below.
+#![no_std]
+#![no_main]
+
+mod carrier;
+mod checksum;
+mod maps;
+mod memory;
+mod ops;
+mod respond;
+
+use aya_ebpf::{bindings::xdp_action, helpers::generated::bpf_xdp_get_buff_len, macros::xdp, programs::XdpContext};
+use netdam_common::counters::Event;
+
+/// What becomes of a frame that is not answered by `ops::run`.
+#[derive(Clone, Copy)]
+pub enum Verdict {
+    /// Not NetDAM's: to the kernel, untouched and uncounted.
+    Pass,
+    /// To the kernel, counted.
+    PassCounted(Event),
+    /// Dropped and counted.
+    Drop(Event),
+}
+
+#[xdp(frags)]
+pub fn netdam(ctx: XdpContext) -> u32 {
+    match try_netdam(&ctx) {
+        Ok(action) => action,
+        Err(Verdict::Pass) => xdp_action::XDP_PASS,
+        Err(Verdict::PassCounted(e)) => {
+            maps::count_event(e);
+            xdp_action::XDP_PASS
+        }
+        Err(Verdict::Drop(e)) => {
+            maps::count_event(e);
+            xdp_action::XDP_DROP
+        }
+    }
+}
+
+/// Lets every frame through. The testbed attaches it to the switch side of
+/// each veth: veth delivers XDP_TX frames only to a peer that runs XDP.
+#[xdp]
+pub fn netdam_pass(_ctx: XdpContext) -> u32 {
+    xdp_action::XDP_PASS
+}
+
+#[inline(always)]
+fn try_netdam(ctx: &XdpContext) -> Result<u32, Verdict> {
+    let cfg = maps::CONFIG.get(0).ok_or(Verdict::Pass)?;
+    if cfg.port == 0 {
+        // Not configured yet by the controller.
+        return Err(Verdict::Pass);
+    }
+    // SAFETY: a helper that only reads the frame's length.
+    let frame_len = unsafe { bpf_xdp_get_buff_len(ctx.ctx) } as u32;
+    let req = carrier::try_parse(ctx, cfg, frame_len)?;
+    ops::run(ctx, cfg, &req)
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

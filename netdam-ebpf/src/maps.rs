@@ -1,0 +1,54 @@
+//! The maps the data path shares with the controller. Names are the ones the
+//! controller pins under its pin directory (`netdam_user::maps`).
+
+use aya_ebpf::{
+    bindings::BPF_F_MMAPABLE,
+    macros::map,
+    maps::{Array, HashMap, PerCpuArray},
+};
+use netdam_common::{
+    config::{MAX_PAYLOAD, MEM_CHUNK, PEER_SLOTS, REGION_SLOTS},
+    counters::{Event, COUNTER_SLOTS},
+    NodeConfig, Region,
+};
+
+/// The NetDAM memory: one flat mmapable array of chunks. The controller sets
+/// max_entries from `--mem-size`.
+#[map(name = "NETDAM_MEM")]
+pub static NETDAM_MEM: Array<[u8; MEM_CHUNK]> = Array::with_max_entries(1, BPF_F_MMAPABLE);
+
+#[map(name = "NETDAM_CONFIG")]
+pub static CONFIG: Array<NodeConfig> = Array::with_max_entries(1, 0);
+
+/// rkey -> region.
+#[map(name = "NETDAM_REGIONS")]
+pub static REGIONS: HashMap<u32, Region> = HashMap::with_max_entries(REGION_SLOTS, 0);
+
+/// Peer IPv4 addresses (network order) -> 1.
+#[map(name = "NETDAM_PEERS")]
+pub static PEERS: HashMap<u32, u8> = HashMap::with_max_entries(PEER_SLOTS, 0);
+
+#[map(name = "NETDAM_COUNTERS")]
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);
+
+/// Bytes one copy step moves between the frame and NetDAM memory.
+pub const SCRATCH_LEN: usize = 4096;
+const _: () = assert!(SCRATCH_LEN <= MAX_PAYLOAD && MEM_CHUNK % SCRATCH_LEN == 0);
+
+/// Per-CPU bounce buffer: the verifier needs a statically sized buffer on one
+/// side of every variable-length copy.
+#[map(name = "NETDAM_SCRATCH")]
+pub static SCRATCH: PerCpuArray<[u8; SCRATCH_LEN]> = PerCpuArray::with_max_entries(1, 0);
+
+#[inline(always)]
+pub fn count(index: u32) {
+    if let Some(c) = COUNTERS.get_ptr_mut(index) {
+        // SAFETY: a per-CPU slot; XDP does not preempt itself on one CPU.
+        unsafe { *c += 1 }
+    }
+}
+
+#[inline(always)]
+pub fn count_event(e: Event) {
+    count(e as u32)
+}

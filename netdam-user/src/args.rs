@@ -1,0 +1,141 @@
+//! Parsers for the values the `netdam` command takes: byte sizes, keys, regions.
+
+use netdam_common::{
+    region::{perm, perms_from_letters},
+    Region,
+};
+use thiserror::Error;
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ArgError {
+    #[error("{0:?} is not a size: expected bytes with an optional unit, e.g. 4096, 64KiB, 64MiB, 1GiB")]
+    Size(String),
+    #[error("{0:?} is not a number: expected decimal (4660) or hex (0x1234)")]
+    Number(String),
+    #[error("{0:?} is not a region: expected KEY:BASE:SIZE:PERMS, e.g. 0x1234:0:4MiB:rwam")]
+    RegionShape(String),
+    #[error("region {spec:?}: unknown permission letter {letter:?}; use r=READ w=WRITE a=ATOMIC m=MSG")]
+    RegionPerm { spec: String, letter: char },
+    #[error("region {0:?} has size 0")]
+    RegionEmpty(String),
+}
+
+/// A number in decimal or 0x-hex.
+pub fn parse_number(s: &str) -> Result<u64, ArgError> {
+    let t = s.trim();
+    let r = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(&hex.replace('_', ""), 16),
+        None => t.replace('_', "").parse(),
+    };
+    r.map_err(|_| ArgError::Number(s.to_string()))
+}
+
+/// A rkey: a u32 number.
+pub fn parse_rkey(s: &str) -> Result<u32, ArgError> {
+    parse_number(s)?.try_into().map_err(|_| ArgError::Number(s.to_string()))
+}
+
+/// Bytes with an optional unit: B, K/KiB, M/MiB, G/GiB (powers of 1024), KB/MB/GB (powers of 1000).
+pub fn parse_size(s: &str) -> Result<u64, ArgError> {
+    let t = s.trim();
+    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    if num.starts_with("0x") {
+        return parse_number(t).map_err(|_| ArgError::Size(s.to_string()));
+    }
+    let mult: u64 = match unit.to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        _ => return Err(ArgError::Size(s.to_string())),
+    };
+    let n: u64 = num
+        .trim()
+        .replace('_', "")
+        .parse()
+        .map_err(|_| ArgError::Size(s.to_string()))?;
+    n.checked_mul(mult).ok_or_else(|| ArgError::Size(s.to_string()))
+}
+
+/// `KEY:BASE:SIZE:PERMS`, e.g. `0x1234:0:4MiB:rwam`.
+pub fn parse_region(s: &str) -> Result<(u32, Region), ArgError> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let [key, base, size, perms] = parts[..] else {
+        return Err(ArgError::RegionShape(s.to_string()));
+    };
+    let rkey = parse_rkey(key).map_err(|_| ArgError::RegionShape(s.to_string()))?;
+    let base = parse_size(base).map_err(|_| ArgError::RegionShape(s.to_string()))?;
+    let size = parse_size(size).map_err(|_| ArgError::RegionShape(s.to_string()))?;
+    if size == 0 {
+        return Err(ArgError::RegionEmpty(s.to_string()));
+    }
+    let perms = perms_from_letters(perms).map_err(|letter| ArgError::RegionPerm {
+        spec: s.to_string(),
+        letter,
+    })?;
+    Ok((
+        rkey,
+        Region {
+            base,
+            size,
+            perms,
+            _reserved: 0,
+        },
+    ))
+}
+
+/// `rwam`-style letters of a permission set.
+pub fn perm_letters(perms: u32) -> String {
+    [
+        (perm::READ, 'r'),
+        (perm::WRITE, 'w'),
+        (perm::ATOMIC, 'a'),
+        (perm::MSG, 'm'),
+    ]
+    .iter()
+    .filter(|(bit, _)| perms & bit != 0)
+    .map(|(_, c)| *c)
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("2kb"), Ok(2000));
+        assert_eq!(parse_size("0x1000"), Ok(4096));
+        assert!(parse_size("12XB").is_err());
+        assert!(parse_size("MiB").is_err());
+        assert!(parse_size("99999999999999GiB").is_err());
+    }
+
+    #[test]
+    fn regions() {
+        let (k, r) = parse_region("0x1234:0:4MiB:rwam").unwrap();
+        assert_eq!(k, 0x1234);
+        assert_eq!((r.base, r.size, r.perms), (0, 4 << 20, perm::ALL));
+        assert_eq!(perm_letters(r.perms), "rwam");
+        let (k, r) = parse_region("7:1KiB:100:r").unwrap();
+        assert_eq!((k, r.base, r.size, r.perms), (7, 1024, 100, perm::READ));
+        assert!(matches!(parse_region("1:0:4MiB"), Err(ArgError::RegionShape(_))));
+        assert!(matches!(
+            parse_region("1:0:4MiB:rx"),
+            Err(ArgError::RegionPerm { letter: 'x', .. })
+        ));
+        assert!(matches!(parse_region("1:0:0:r"), Err(ArgError::RegionEmpty(_))));
+        assert!(matches!(
+            parse_region("0x1_0000_0000:0:1:r"),
+            Err(ArgError::RegionShape(_))
+        ));
+    }
+}

@@ -1,0 +1,333 @@
+//! The NetDAM client library: requests over kernel UDP with a per-request
+//! timeout, retransmission of idempotent ops, and large transfers split into
+//! MTU-sized requests with a bounded window in flight.
+
+use std::{
+    collections::HashMap,
+    net::{Ipv4Addr, SocketAddr},
+    sync::{
+        atomic::{AtomicU32, Ordering},
+        Arc, Mutex,
+    },
+    time::{Duration, Instant},
+};
+
+use futures::{stream, StreamExt, TryStreamExt};
+use netdam_common::{
+    wire::{flags, CARRIER_LEN, DEFAULT_PORT, HDR_LEN},
+    NetdamHdr, Opcode, Status,
+};
+use thiserror::Error;
+use tokio::{net::UdpSocket, sync::oneshot, task::JoinHandle};
+
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// The node's port P.
+    pub port: u16,
+    /// How long to wait for each answer before resending.
+    pub timeout: Duration,
+    /// Resends of an idempotent request before giving up.
+    pub retries: u32,
+    /// Requests in flight at once in a transfer (fewer than 1024, section 7).
+    pub window: usize,
+    /// IP MTU of the path: sets the largest payload per request.
+    pub mtu: u32,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            port: DEFAULT_PORT,
+            timeout: Duration::from_millis(200),
+            retries: 10,
+            window: 64,
+            mtu: 1500,
+        }
+    }
+}
+
+impl ClientConfig {
+    /// Payload bytes that fit one request (and its answer) on the path.
+    pub fn max_payload(&self) -> usize {
+        (self.mtu as usize).saturating_sub(CARRIER_LEN - 14 + HDR_LEN)
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum ClientError {
+    #[error("{op} to {node}: no answer after {attempts} attempt(s) of {timeout:?} each; is `netdam serve` running there, on port {port}?")]
+    Timeout {
+        op: &'static str,
+        node: Ipv4Addr,
+        port: u16,
+        attempts: u32,
+        timeout: Duration,
+    },
+    #[error("{op} at {addr:#x} refused by {node}: {}{}", status.name(), status_hint(*status))]
+    Refused {
+        op: &'static str,
+        node: Ipv4Addr,
+        addr: u64,
+        status: Status,
+    },
+    #[error("malformed answer from {node}: {what}")]
+    Malformed { node: Ipv4Addr, what: String },
+    #[error("{op}: {what}")]
+    Usage { op: &'static str, what: String },
+    #[error("UDP socket: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl ClientError {
+    /// Exit code of the `netdam` command: 3 no answer, 4 refused, 1 otherwise.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            ClientError::Timeout { .. } => 3,
+            ClientError::Refused { .. } => 4,
+            _ => 1,
+        }
+    }
+}
+
+/// What a status means for the person who got it.
+pub fn status_hint(s: Status) -> &'static str {
+    match s {
+        Status::Ok => "",
+        Status::BadVersion => " (the node speaks another protocol version)",
+        Status::BadOpcode => " (the node does not execute this op)",
+        Status::OutOfBounds => {
+            " (the range leaves the region: check --addr and the length against the node's --region)"
+        }
+        Status::BadKey => " (no region has this rkey: check --rkey against the node's --region)",
+        Status::BadLength => " (the length does not suit the op)",
+        Status::Misaligned => " (align the address and length to the element width, 8 for atomics)",
+        Status::BadDtype => " (unknown dtype or alu, or a bitwise alu on f32)",
+        Status::NotReady => " (the region's generation is behind the tag: retry later)",
+        Status::NoReceiver => " (no AF_XDP socket is bound on the node)",
+        Status::Duplicate => " (already executed once)",
+        Status::Stale => " (an older seq or generation than the node has seen)",
+        Status::BadSr => " (bad SR header or segment)",
+        Status::TooLarge => " (the answer would not fit the MTU: lower --mtu or the length)",
+        Status::Forbidden => " (the region does not permit this op: see its PERMS letters)",
+    }
+}
+
+/// A node's answer.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    pub hdr: NetdamHdr,
+    pub payload: Vec<u8>,
+}
+
+type Pending = Arc<Mutex<HashMap<u32, oneshot::Sender<Reply>>>>;
+
+/// A client of one node.
+pub struct Client {
+    sock: Arc<UdpSocket>,
+    node: Ipv4Addr,
+    cfg: ClientConfig,
+    pending: Pending,
+    seq: AtomicU32,
+    receiver: JoinHandle<()>,
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.receiver.abort();
+    }
+}
+
+impl Client {
+    /// A client of the node at `node`, from an ephemeral local port.
+    pub async fn connect(node: Ipv4Addr, cfg: ClientConfig) -> Result<Client, ClientError> {
+        let sock = UdpSocket::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))).await?;
+        sock.connect(SocketAddr::from((node, cfg.port))).await?;
+        let sock = Arc::new(sock);
+        let pending: Pending = Arc::default();
+        let receiver = tokio::spawn(receive(sock.clone(), pending.clone()));
+        Ok(Client {
+            sock,
+            node,
+            cfg,
+            pending,
+            seq: AtomicU32::new(rand::random()),
+            receiver,
+        })
+    }
+
+    pub fn config(&self) -> &ClientConfig {
+        &self.cfg
+    }
+
+    /// Sends `hdr` + `payload` and waits for the answer, resending on
+    /// timeout when `idempotent`. A non-OK status is `Refused`.
+    pub async fn request(&self, mut hdr: NetdamHdr, payload: &[u8], idempotent: bool) -> Result<Reply, ClientError> {
+        let op = Opcode::from_u8(hdr.opcode).map_or("request", Opcode::name);
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        hdr.set_seq(seq);
+        let mut packet = Vec::with_capacity(HDR_LEN + payload.len());
+        packet.extend_from_slice(&hdr.to_bytes());
+        packet.extend_from_slice(payload);
+        let (tx, mut rx) = oneshot::channel();
+        self.pending.lock().expect("pending lock").insert(seq, tx);
+        let attempts = if idempotent { 1 + self.cfg.retries } else { 1 };
+        let mut result: Option<Result<Reply, ClientError>> = None;
+        for _ in 0..attempts {
+            if let Err(e) = self.sock.send(&packet).await {
+                result = Some(Err(e.into()));
+                break;
+            }
+            if let Ok(r) = tokio::time::timeout(self.cfg.timeout, &mut rx).await {
+                result = r.ok().map(Ok);
+                break;
+            }
+        }
+        self.pending.lock().expect("pending lock").remove(&seq);
+        let reply = match result {
+            Some(r) => r?,
+            None => {
+                return Err(ClientError::Timeout {
+                    op,
+                    node: self.node,
+                    port: self.cfg.port,
+                    attempts,
+                    timeout: self.cfg.timeout,
+                })
+            }
+        };
+        match Status::from_u8(reply.hdr.status) {
+            Some(Status::Ok) => Ok(reply),
+            Some(status) => Err(ClientError::Refused {
+                op,
+                node: self.node,
+                addr: hdr.addr(),
+                status,
+            }),
+            None => Err(ClientError::Malformed {
+                node: self.node,
+                what: format!("unknown status {}", reply.hdr.status),
+            }),
+        }
+    }
+
+    /// NOP: liveness and round-trip time.
+    pub async fn ping(&self) -> Result<Duration, ClientError> {
+        let t = Instant::now();
+        self.request(NetdamHdr::request(Opcode::Nop), &[], true).await?;
+        Ok(t.elapsed())
+    }
+
+    /// Writes `data` at `addr` of region `rkey`, in MTU-sized acknowledged
+    /// WRITEs with `window` in flight; `progress` gets the bytes of each finished piece.
+    pub async fn write(
+        &self,
+        rkey: u32,
+        addr: u64,
+        data: &[u8],
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<(), ClientError> {
+        let unit = self.unit("write")?;
+        stream::iter(data.chunks(unit).enumerate())
+            .map(|(i, piece)| async move {
+                let mut h = NetdamHdr::request(Opcode::Write);
+                h.flags = flags::ACK_REQ;
+                h.set_rkey(rkey);
+                h.set_addr(addr + (i * unit) as u64);
+                h.set_len(piece.len() as u16);
+                self.request(h, piece, true).await?;
+                progress(piece.len());
+                Ok::<_, ClientError>(())
+            })
+            .buffer_unordered(self.cfg.window.max(1))
+            .try_collect::<()>()
+            .await
+    }
+
+    /// Reads `len` bytes at `addr` of region `rkey`, in MTU-sized READs.
+    pub async fn read(
+        &self,
+        rkey: u32,
+        addr: u64,
+        len: usize,
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<Vec<u8>, ClientError> {
+        let unit = self.unit("read")?;
+        let pieces = len.div_ceil(unit);
+        let mut out = vec![0u8; len];
+        let padding = vec![0u8; unit];
+        let mut answers = stream::iter(0..pieces)
+            .map(|i| {
+                let n = unit.min(len - i * unit);
+                let padding = &padding[..n];
+                async move {
+                    let mut h = NetdamHdr::request(Opcode::Read);
+                    h.set_rkey(rkey);
+                    h.set_addr(addr + (i * unit) as u64);
+                    h.set_len(n as u16);
+                    let r = self.request(h, padding, true).await?;
+                    if r.payload.len() != n || r.hdr.len() as usize != n {
+                        return Err(ClientError::Malformed {
+                            node: self.node,
+                            what: format!(
+                                "READ of {n} bytes answered with {} (len {})",
+                                r.payload.len(),
+                                r.hdr.len()
+                            ),
+                        });
+                    }
+                    progress(n);
+                    Ok((i, r.payload))
+                }
+            })
+            .buffer_unordered(self.cfg.window.max(1));
+        while let Some((i, data)) = answers.try_next().await? {
+            out[i * unit..i * unit + data.len()].copy_from_slice(&data);
+        }
+        Ok(out)
+    }
+
+    fn unit(&self, op: &'static str) -> Result<usize, ClientError> {
+        match self.cfg.max_payload() {
+            0 => Err(ClientError::Usage {
+                op,
+                what: format!("MTU {} leaves no room for a payload", self.cfg.mtu),
+            }),
+            n => Ok(n),
+        }
+    }
+}
+
+/// Hands each response to the request waiting for its seq; late duplicates
+/// and anything that is not a NetDAM response are ignored.
+async fn receive(sock: Arc<UdpSocket>, pending: Pending) {
+    let mut buf = vec![0u8; 65536];
+    loop {
+        let n = match sock.recv(&mut buf).await {
+            Ok(n) => n,
+            Err(e) => {
+                // ICMP port unreachable surfaces here on a connected socket: keep waiting, the timeout reports it.
+                log::debug!("recv: {e}");
+                if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                    continue;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let Some(hdr) = NetdamHdr::from_bytes(&buf[..n]) else {
+            continue;
+        };
+        if !hdr.is_response() {
+            continue;
+        }
+        let end = (HDR_LEN + hdr.sr_len as usize + hdr.len() as usize).min(n);
+        let start = (HDR_LEN + hdr.sr_len as usize).min(end);
+        let waiter = pending.lock().expect("pending lock").remove(&hdr.seq());
+        if let Some(tx) = waiter {
+            let _ = tx.send(Reply {
+                hdr,
+                payload: buf[start..end].to_vec(),
+            });
+        }
+    }
+}

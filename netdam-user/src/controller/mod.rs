@@ -1,0 +1,421 @@
+//! The controller: loads the XDP program with aya, pins its maps so that the
+//! NetDAM memory and counters outlive a restart, fills the config, region
+//! and peer tables, maps the memory, and attaches to an interface.
+
+mod memory;
+mod netif;
+pub mod pins;
+
+use std::{
+    collections::HashMap,
+    net::Ipv4Addr,
+    path::{Path, PathBuf},
+};
+
+use aya::{
+    maps::{Array, HashMap as BpfHashMap, Map, MapData, PerCpuArray},
+    programs::{ProgramError, Xdp, XdpMode},
+    Ebpf, EbpfLoader,
+};
+pub use memory::NetdamMemory;
+use netdam_common::{
+    config::{cfg_flags, MEM_CHUNK, MEM_MAX, REGION_SLOTS},
+    counters::COUNTER_SLOTS,
+    NodeConfig, Region,
+};
+pub use netif::Interface;
+use thiserror::Error;
+
+/// The XDP object built by this crate's build script.
+pub static NETDAM_XDP: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/netdam-xdp"));
+/// Name of the XDP program in the object.
+pub const PROGRAM: &str = "netdam";
+
+pub const MAP_MEM: &str = "NETDAM_MEM";
+pub const MAP_CONFIG: &str = "NETDAM_CONFIG";
+pub const MAP_REGIONS: &str = "NETDAM_REGIONS";
+pub const MAP_PEERS: &str = "NETDAM_PEERS";
+pub const MAP_COUNTERS: &str = "NETDAM_COUNTERS";
+/// The maps kept in the pin directory: state that must survive `serve`.
+pub const PINNED_MAPS: [&str; 5] = [MAP_MEM, MAP_CONFIG, MAP_REGIONS, MAP_PEERS, MAP_COUNTERS];
+
+#[derive(Debug, Error)]
+pub enum ControllerError {
+    #[error(
+        "loading XDP programs needs root (or CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON); run as root, e.g. with sudo"
+    )]
+    NotPrivileged,
+    #[error("{0} is not a bpf filesystem, so maps cannot be pinned there; mount one with `mount -t bpf bpf /sys/fs/bpf` (`cargo xtask setup` does)")]
+    NoBpffs(PathBuf),
+    #[error("no network interface named {0:?} (see `ip link`)")]
+    UnknownInterface(String),
+    #[error("interface {0} has no IPv4 address: give the node one (`ip addr add ... dev {0}`) or pass --ip")]
+    NoIpv4(String),
+    #[error("--mem-size {0} is not valid: it must be a multiple of 64 KiB between 64 KiB and 2 GiB")]
+    MemSize(u64),
+    #[error("region {rkey:#x} [{base:#x}, +{size:#x}) does not lie inside the {mem_size}-byte NetDAM memory")]
+    RegionOutside {
+        rkey: u32,
+        base: u64,
+        size: u64,
+        mem_size: u64,
+    },
+    #[error("{count} regions given; the region table holds {max}")]
+    TooManyRegions { count: usize, max: u32 },
+    #[error(
+        "the pinned map {path} has {found}, but this build wants {wanted}. It was made by another \
+         version or with another --mem-size. Keep it by passing the old --mem-size, or discard the \
+         node's memory and counters with `netdam unpin --pin-dir {dir}`"
+    )]
+    PinnedLayoutMismatch {
+        path: PathBuf,
+        dir: PathBuf,
+        found: String,
+        wanted: String,
+    },
+    #[error("the kernel refused the XDP program: {hint}\n{detail}")]
+    Load { hint: String, detail: String },
+    #[error("attaching XDP to {iface} in {mode} mode failed: {source}{hint}")]
+    Attach {
+        iface: String,
+        mode: &'static str,
+        hint: &'static str,
+        source: ProgramError,
+    },
+    #[error("NetDAM memory range [{addr:#x}, +{len}) is outside the {size}-byte memory")]
+    MemoryRange { addr: u64, len: usize, size: usize },
+    #[error("{0}: {1}")]
+    Io(String, #[source] std::io::Error),
+    #[error("map {0}: {1}")]
+    Map(&'static str, #[source] aya::maps::MapError),
+    #[error(transparent)]
+    Ebpf(#[from] aya::EbpfError),
+}
+
+/// How to attach: `auto` tries native (driver) XDP and falls back to generic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AttachMode {
+    Native,
+    Skb,
+    Auto,
+}
+
+/// Everything a node is configured with.
+#[derive(Clone, Debug)]
+pub struct NodeSpec {
+    pub port: u16,
+    pub mem_size: u64,
+    pub mac: [u8; 6],
+    pub ipv4: Ipv4Addr,
+    pub mtu: u32,
+    pub regions: Vec<(u32, Region)>,
+    pub peers: Vec<Ipv4Addr>,
+    pub verify_csum: bool,
+}
+
+impl NodeSpec {
+    fn config(&self) -> NodeConfig {
+        let mut flags = 0;
+        if self.verify_csum {
+            flags |= cfg_flags::VERIFY_CSUM;
+        }
+        if !self.peers.is_empty() {
+            flags |= cfg_flags::PEERS_ONLY;
+        }
+        NodeConfig {
+            mac: self.mac,
+            port: self.port,
+            ipv4_be: u32::from(self.ipv4).to_be(),
+            mtu: self.mtu,
+            flags,
+            _reserved: 0,
+            mem_size: self.mem_size,
+        }
+    }
+
+    fn check(&self) -> Result<(), ControllerError> {
+        let m = self.mem_size;
+        if m == 0 || m % MEM_CHUNK as u64 != 0 || m > MEM_MAX {
+            return Err(ControllerError::MemSize(m));
+        }
+        for (rkey, r) in &self.regions {
+            if r.base.checked_add(r.size).is_none_or(|end| end > m) {
+                return Err(ControllerError::RegionOutside {
+                    rkey: *rkey,
+                    base: r.base,
+                    size: r.size,
+                    mem_size: m,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A loaded (and possibly attached) NetDAM data path.
+pub struct Node {
+    // Dropped first: the mapping refers to a map of `ebpf`.
+    memory: NetdamMemory,
+    ebpf: Ebpf,
+    // Kept alive: dropping it closes the log ring buffer's fd.
+    logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
+    attached: Option<(String, aya::programs::xdp::XdpLinkId)>,
+    /// Whether pinned maps from an earlier run were reused.
+    pub reused_pins: bool,
+    pub pin_dir: Option<PathBuf>,
+}
+
+impl Node {
+    /// Loads the program with its maps pinned in `pin_dir` (reusing maps
+    /// pinned there whose layout matches) or unpinned when `None`, and
+    /// writes `spec` into them.
+    pub fn load(spec: &NodeSpec, pin_dir: Option<&Path>) -> Result<Node, ControllerError> {
+        require_privilege()?;
+        spec.check()?;
+        let chunks = (spec.mem_size / MEM_CHUNK as u64) as u32;
+        let mut loader = EbpfLoader::new();
+        loader.map_max_entries(MAP_MEM, chunks);
+        let mut reused = false;
+        let paths: Vec<(&str, PathBuf)> = match pin_dir {
+            Some(dir) => {
+                pins::prepare_dir(dir)?;
+                reused = pins::check_compatible(dir, NETDAM_XDP, &HashMap::from([(MAP_MEM, chunks)]))?;
+                PINNED_MAPS.iter().map(|m| (*m, dir.join(m))).collect()
+            }
+            None => Vec::new(),
+        };
+        for (name, path) in &paths {
+            loader.map_pin_path(name, path.as_path());
+        }
+        let mut ebpf = loader.load(NETDAM_XDP)?;
+        let logger = match aya_log::EbpfLogger::init(&mut ebpf) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                log::debug!("no eBPF logger: {e}");
+                None
+            }
+        };
+        let prog: &mut Xdp = ebpf
+            .program_mut(PROGRAM)
+            .expect("the object has the netdam program")
+            .try_into()
+            .expect("netdam is an XDP program");
+        prog.load().map_err(load_error)?;
+        let mem_map = ebpf.map(MAP_MEM).expect("the object has NETDAM_MEM");
+        let memory = match mem_map {
+            Map::Array(data) => NetdamMemory::map(data.fd(), spec.mem_size as usize)?,
+            _ => unreachable!("NETDAM_MEM is an array map"),
+        };
+        let mut node = Node {
+            memory,
+            ebpf,
+            logger,
+            attached: None,
+            reused_pins: reused,
+            pin_dir: pin_dir.map(Path::to_path_buf),
+        };
+        node.configure(spec)?;
+        Ok(node)
+    }
+
+    /// Rewrites config, regions and peers (memory and counters are kept).
+    pub fn configure(&mut self, spec: &NodeSpec) -> Result<(), ControllerError> {
+        spec.check()?;
+        let mut regions: BpfHashMap<_, u32, Region> =
+            BpfHashMap::try_from(self.ebpf.map_mut(MAP_REGIONS).expect("regions map"))
+                .map_err(|e| ControllerError::Map(MAP_REGIONS, e))?;
+        let max = REGION_SLOTS;
+        if spec.regions.len() > max as usize {
+            return Err(ControllerError::TooManyRegions {
+                count: spec.regions.len(),
+                max,
+            });
+        }
+        let old: Vec<u32> = regions.keys().filter_map(Result::ok).collect();
+        for k in old {
+            let _ = regions.remove(&k);
+        }
+        for (k, r) in &spec.regions {
+            regions
+                .insert(k, r, 0)
+                .map_err(|e| ControllerError::Map(MAP_REGIONS, e))?;
+        }
+        let mut peers: BpfHashMap<_, u32, u8> = BpfHashMap::try_from(self.ebpf.map_mut(MAP_PEERS).expect("peers map"))
+            .map_err(|e| ControllerError::Map(MAP_PEERS, e))?;
+        let old: Vec<u32> = peers.keys().filter_map(Result::ok).collect();
+        for k in old {
+            let _ = peers.remove(&k);
+        }
+        for p in &spec.peers {
+            peers
+                .insert(u32::from(*p).to_be(), 1, 0)
+                .map_err(|e| ControllerError::Map(MAP_PEERS, e))?;
+        }
+        // Config last: the data path serves nothing until its port is set.
+        let mut cfg: Array<_, NodeConfig> = Array::try_from(self.ebpf.map_mut(MAP_CONFIG).expect("config map"))
+            .map_err(|e| ControllerError::Map(MAP_CONFIG, e))?;
+        cfg.set(0, spec.config(), 0)
+            .map_err(|e| ControllerError::Map(MAP_CONFIG, e))?;
+        Ok(())
+    }
+
+    pub fn memory(&self) -> &NetdamMemory {
+        &self.memory
+    }
+
+    /// The loaded XDP program, e.g. for BPF_PROG_TEST_RUN.
+    pub fn program(&self) -> &Xdp {
+        self.ebpf
+            .program(PROGRAM)
+            .expect("the object has the netdam program")
+            .try_into()
+            .expect("netdam is an XDP program")
+    }
+
+    /// Attaches to `iface`; returns the mode that took.
+    pub fn attach(&mut self, iface: &str, mode: AttachMode) -> Result<&'static str, ControllerError> {
+        let prog: &mut Xdp = self
+            .ebpf
+            .program_mut(PROGRAM)
+            .expect("program")
+            .try_into()
+            .expect("xdp");
+        let attempt = |prog: &mut Xdp, m: XdpMode, name: &'static str, hint: &'static str| {
+            prog.attach(iface, m).map_err(|source| ControllerError::Attach {
+                iface: iface.to_string(),
+                mode: name,
+                hint,
+                source,
+            })
+        };
+        const NATIVE_HINT: &str =
+            "; the driver may lack native XDP: try --mode skb (generic XDP, slower) or --mode auto";
+        let (link, taken) = match mode {
+            AttachMode::Native => (attempt(prog, XdpMode::Driver, "native", NATIVE_HINT)?, "native"),
+            AttachMode::Skb => (attempt(prog, XdpMode::Skb, "skb", "")?, "skb"),
+            AttachMode::Auto => match attempt(prog, XdpMode::Driver, "native", "") {
+                Ok(l) => (l, "native"),
+                Err(e) => {
+                    log::warn!("{e}; falling back to generic (skb) XDP, which is slower");
+                    (attempt(prog, XdpMode::Skb, "skb", "")?, "skb")
+                }
+            },
+        };
+        self.attached = Some((iface.to_string(), link));
+        Ok(taken)
+    }
+
+    /// Detaches from the interface, if attached.
+    pub fn detach(&mut self) -> Result<(), ControllerError> {
+        if let Some((iface, link)) = self.attached.take() {
+            let prog: &mut Xdp = self
+                .ebpf
+                .program_mut(PROGRAM)
+                .expect("program")
+                .try_into()
+                .expect("xdp");
+            prog.detach(link).map_err(|source| ControllerError::Attach {
+                iface,
+                mode: "detach",
+                hint: "",
+                source,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// The eBPF log ring buffer, to poll for readability; `flush_log` drains it.
+    pub fn log_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.logger.as_ref().map(|l| l.as_fd())
+    }
+
+    pub fn flush_log(&mut self) {
+        if let Some(l) = self.logger.as_mut() {
+            l.flush();
+        }
+    }
+
+    /// The counters, summed over CPUs.
+    pub fn counters(&self) -> Result<Vec<u64>, ControllerError> {
+        let m = self.ebpf.map(MAP_COUNTERS).expect("counters map");
+        let arr: PerCpuArray<&MapData, u64> =
+            PerCpuArray::try_from(m).map_err(|e| ControllerError::Map(MAP_COUNTERS, e))?;
+        sum_counters(&arr)
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Err(e) = self.detach() {
+            log::warn!("{e}");
+        }
+    }
+}
+
+/// Sums a per-CPU counter array.
+pub fn sum_counters<T: std::borrow::Borrow<MapData>>(arr: &PerCpuArray<T, u64>) -> Result<Vec<u64>, ControllerError> {
+    (0..COUNTER_SLOTS)
+        .map(|i| {
+            arr.get(&i, 0)
+                .map(|v| v.iter().sum())
+                .map_err(|e| ControllerError::Map(MAP_COUNTERS, e))
+        })
+        .collect()
+}
+
+fn require_privilege() -> Result<(), ControllerError> {
+    if nix::unistd::geteuid().is_root() {
+        return Ok(());
+    }
+    // Not root: it may still work with capabilities; let the kernel decide,
+    // but say what it needs if it refuses.
+    let caps = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let eff = caps
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    const CAP_NET_ADMIN: u64 = 12;
+    const CAP_BPF: u64 = 39;
+    if eff & (1 << CAP_NET_ADMIN) != 0 && eff & (1 << CAP_BPF) != 0 {
+        Ok(())
+    } else {
+        Err(ControllerError::NotPrivileged)
+    }
+}
+
+/// Turns a program load failure into the kernel feature it points at.
+fn load_error(e: ProgramError) -> ControllerError {
+    let detail = e.to_string();
+    const NEEDS: [(&str, &str); 7] = [
+        ("bpf_dynptr_from_mem", "bpf_dynptr_from_mem needs Linux 5.19 or newer"),
+        ("bpf_dynptr_read", "bpf_dynptr_read needs Linux 5.19 or newer"),
+        ("bpf_dynptr_write", "bpf_dynptr_write needs Linux 5.19 or newer"),
+        ("bpf_xdp_load_bytes", "bpf_xdp_load_bytes needs Linux 5.18 or newer"),
+        ("bpf_xdp_store_bytes", "bpf_xdp_store_bytes needs Linux 5.18 or newer"),
+        ("bpf_xdp_get_buff_len", "bpf_xdp_get_buff_len needs Linux 5.18 or newer"),
+        ("frags", "multi-buffer XDP (xdp.frags) needs Linux 5.18 or newer"),
+    ];
+    let hint =
+        if detail.contains("unknown func") || detail.contains("invalid func") || detail.contains("Invalid argument") {
+            NEEDS
+                .iter()
+                .find(|(k, _)| detail.contains(k))
+                .map(|(_, h)| h.to_string())
+        } else {
+            None
+        };
+    let hint = hint.unwrap_or_else(|| {
+        if detail.contains("Operation not permitted") {
+            "permission denied: run as root (CAP_BPF and CAP_PERFMON)".to_string()
+        } else {
+            "the verifier rejected it (this kernel may be older than 6.1, the oldest supported); its log follows"
+                .to_string()
+        }
+    });
+    // The tail of the verifier log says why; the whole log can be huge.
+    let lines: Vec<&str> = detail.lines().collect();
+    let detail = lines[lines.len().saturating_sub(40)..].join("\n");
+    ControllerError::Load { hint, detail }
+}

@@ -1,0 +1,12 @@
+//! NetDAM on the host: the controller that loads and configures the XDP data
+//! path, the client library that talks to nodes, and the parsers the `netdam`
+//! command shares with them.
+
+pub mod args;
+pub mod client;
+pub mod controller;
+pub mod stats;
+pub mod testbed;
+
+pub use client::{Client, ClientConfig, ClientError};
+pub use controller::{Node, NodeSpec};

@@ -1,0 +1,543 @@
+//! `netdam`: serve a NetDAM node on an interface, or talk to one.
+
+use std::{net::Ipv4Addr, path::PathBuf, process::ExitCode, time::Duration};
+
+use anyhow::{bail, Context as _, Result};
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use netdam_common::{config::MEM_CHUNK, wire::DEFAULT_PORT, Region};
+use netdam_user::{
+    args::{parse_number, parse_region, parse_rkey, parse_size, perm_letters},
+    controller::{pins, AttachMode, Interface, Node, NodeSpec},
+    stats::Stats,
+    testbed::Testbed,
+    Client, ClientConfig, ClientError,
+};
+use tokio::{io::unix::AsyncFd, signal::unix::SignalKind};
+
+#[derive(Parser)]
+#[command(
+    name = "netdam",
+    version,
+    about = "NetDAM: memory with an ALU on the network side of a host, served by XDP",
+    long_about = "NetDAM: memory with an ALU on the network side of a host, served by XDP.\n\n\
+        `netdam serve` attaches the data path to an interface and keeps its memory in a pinned, \
+        mmapable BPF map apart from application memory. The other commands are clients that \
+        talk to a node over UDP (port 4793 by default) as PROTOCOL.md describes.\n\n\
+        Logging: RUST_LOG=debug (or info, warn, trace). Exit codes: 0 ok, 1 error, 2 bad \
+        arguments, 3 no answer from the node, 4 the node refused the request."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Serve NetDAM on an interface until Ctrl-C or SIGTERM, then detach.
+    Serve(ServeArgs),
+    /// Send NOPs to a node and print round-trip times.
+    Ping(PingArgs),
+    /// Write a file into a node's NetDAM memory.
+    Write(WriteArgs),
+    /// Read a range of a node's NetDAM memory into a file.
+    Read(ReadArgs),
+    /// Print a local node's counters (requests by opcode and status, drops).
+    Stats(StatsArgs),
+    /// Remove a local node's pinned maps: its memory and counters are lost.
+    Unpin(PinDirArgs),
+    /// Build, show or remove the namespace testbed (test hosts on a bridge; needs root).
+    #[command(subcommand)]
+    Testbed(TestbedCmd),
+}
+
+#[derive(Subcommand)]
+enum TestbedCmd {
+    /// Make N test hosts PREFIX0.. (198.18.0.1..) on a bridge in namespace PREFIXsw.
+    Up {
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        /// MTU of every veth and the bridge.
+        #[arg(long, default_value_t = 1500)]
+        mtu: u32,
+        #[arg(long, default_value = "nd")]
+        prefix: String,
+    },
+    /// Remove everything `up` made (safe to run twice, or after a crash).
+    Down {
+        #[arg(long, default_value = "nd")]
+        prefix: String,
+    },
+    /// Build a testbed, serve NetDAM on every host, show it working, tear it down.
+    Demo {
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(2..=8))]
+        nodes: u8,
+        #[arg(long, default_value = "nd")]
+        prefix: String,
+    },
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Interface to attach to.
+    #[arg(long)]
+    iface: String,
+    /// UDP port P of NetDAM requests.
+    #[arg(long, default_value_t = DEFAULT_PORT)]
+    port: u16,
+    /// Bytes of NetDAM memory (a multiple of 64KiB, at most 2GiB), e.g. 64MiB.
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    mem_size: u64,
+    /// A region KEY:BASE:SIZE:PERMS (KEY hex or decimal; PERMS r=READ w=WRITE a=ATOMIC m=MSG), e.g. 0x1234:0:4MiB:rwam. Repeatable.
+    #[arg(long = "region", value_parser = parse_region)]
+    regions: Vec<(u32, Region)>,
+    /// A peer's IPv4 address; once any is given only peers are served. Repeatable.
+    #[arg(long = "peer")]
+    peers: Vec<Ipv4Addr>,
+    /// XDP attach mode: native (driver), skb (generic), or auto (native, else skb).
+    #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
+    mode: AttachMode,
+    /// IPv4 address the node answers on (default: the interface's first).
+    #[arg(long)]
+    ip: Option<Ipv4Addr>,
+    /// Verify UDP checksums of requests and drop the ones that are wrong.
+    #[arg(long)]
+    verify_csum: bool,
+    #[command(flatten)]
+    pins: PinDirArgs,
+}
+
+#[derive(Args, Clone)]
+struct PinDirArgs {
+    /// Where the node's maps are pinned [default: /sys/fs/bpf/netdam/IFACE].
+    #[arg(long)]
+    pin_dir: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct NodeArgs {
+    /// The node's IPv4 address.
+    #[arg(long)]
+    node: Ipv4Addr,
+    /// The node's UDP port P.
+    #[arg(long, default_value_t = DEFAULT_PORT)]
+    port: u16,
+    /// Milliseconds to wait for each answer before resending.
+    #[arg(long, default_value_t = 200)]
+    timeout_ms: u64,
+    /// Resends before giving up.
+    #[arg(long, default_value_t = 10)]
+    retries: u32,
+    /// Requests in flight at once (1..1023).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..1024))]
+    window: u16,
+    /// IP MTU of the path to the node: sets the payload per request.
+    #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(100..=9216))]
+    mtu: u32,
+}
+
+impl NodeArgs {
+    async fn client(&self) -> Result<Client> {
+        let cfg = ClientConfig {
+            port: self.port,
+            timeout: Duration::from_millis(self.timeout_ms),
+            retries: self.retries,
+            window: self.window as usize,
+            mtu: self.mtu,
+        };
+        Ok(Client::connect(self.node, cfg).await?)
+    }
+}
+
+#[derive(Args)]
+struct PingArgs {
+    #[command(flatten)]
+    node: NodeArgs,
+    /// NOPs to send.
+    #[arg(long, default_value_t = 4)]
+    count: u32,
+}
+
+#[derive(Args)]
+struct WriteArgs {
+    #[command(flatten)]
+    node: NodeArgs,
+    /// Key of the region to write into.
+    #[arg(long, value_parser = parse_rkey)]
+    rkey: u32,
+    /// Byte address in the node's NetDAM memory.
+    #[arg(long, value_parser = parse_number)]
+    addr: u64,
+    /// File whose bytes to write.
+    #[arg(long)]
+    file: PathBuf,
+}
+
+#[derive(Args)]
+struct ReadArgs {
+    #[command(flatten)]
+    node: NodeArgs,
+    /// Key of the region to read from.
+    #[arg(long, value_parser = parse_rkey)]
+    rkey: u32,
+    /// Byte address in the node's NetDAM memory.
+    #[arg(long, value_parser = parse_number)]
+    addr: u64,
+    /// Bytes to read, e.g. 4096 or 64MiB.
+    #[arg(long, value_parser = parse_size)]
+    len: u64,
+    /// File to write the bytes to.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+#[derive(Args)]
+struct StatsArgs {
+    /// Interface of the node (its default pin directory).
+    #[arg(long, required_unless_present = "pin_dir")]
+    iface: Option<String>,
+    /// The node's pin directory.
+    #[arg(long)]
+    pin_dir: Option<PathBuf>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            let code = e.downcast_ref::<ClientError>().map_or(1, ClientError::exit_code);
+            ExitCode::from(code as u8)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    match cli.cmd {
+        Cmd::Serve(a) => serve(a).await,
+        Cmd::Ping(a) => ping(a).await,
+        Cmd::Write(a) => write(a).await,
+        Cmd::Read(a) => read(a).await,
+        Cmd::Stats(a) => {
+            let dir = stats_dir(a.pin_dir, a.iface.as_deref())?;
+            let stats =
+                Stats::read_pinned(&dir).with_context(|| format!("reading the counters in {}", dir.display()))?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&stats)?);
+            } else {
+                print!("{}", stats.table());
+            }
+            Ok(())
+        }
+        Cmd::Testbed(t) => testbed(t).await,
+        Cmd::Unpin(a) => {
+            let Some(dir) = a.pin_dir else {
+                bail!("give the node's --pin-dir (e.g. /sys/fs/bpf/netdam/eth0)")
+            };
+            let removed = pins::unpin(&dir)?;
+            println!("removed {} pinned map(s) from {}", removed.len(), dir.display());
+            Ok(())
+        }
+    }
+}
+
+fn stats_dir(pin_dir: Option<PathBuf>, iface: Option<&str>) -> Result<PathBuf> {
+    match (pin_dir, iface) {
+        (Some(d), _) => Ok(d),
+        (None, Some(i)) => Ok(pins::default_dir(i)),
+        (None, None) => bail!("give --iface IF or --pin-dir DIR"),
+    }
+}
+
+async fn serve(a: ServeArgs) -> Result<()> {
+    let iface = Interface::lookup(&a.iface).with_context(|| format!("interface {}", a.iface))?;
+    let ipv4 = match a.ip.or(iface.ipv4) {
+        Some(ip) => ip,
+        None => bail!(
+            "interface {} has no IPv4 address: add one (ip addr add ADDR/LEN dev {}) or pass --ip",
+            a.iface,
+            a.iface
+        ),
+    };
+    if a.mem_size % MEM_CHUNK as u64 != 0 {
+        bail!(
+            "--mem-size {} is not a multiple of 64KiB; try {}KiB",
+            a.mem_size,
+            a.mem_size.div_ceil(1024).next_multiple_of(64)
+        );
+    }
+    if a.regions.is_empty() {
+        log::warn!("no --region given: every request but NOP will be answered BAD_KEY");
+    }
+    if a.peers.is_empty() {
+        log::warn!("no --peer given: any source may use this node's memory (PROTOCOL.md section 1)");
+    }
+    let spec = NodeSpec {
+        port: a.port,
+        mem_size: a.mem_size,
+        mac: iface.mac,
+        ipv4,
+        mtu: iface.mtu,
+        regions: a.regions.clone(),
+        peers: a.peers.clone(),
+        verify_csum: a.verify_csum,
+    };
+    let pin_dir = a.pins.pin_dir.clone().unwrap_or_else(|| pins::default_dir(&a.iface));
+    let mut node = Node::load(&spec, Some(&pin_dir)).context("loading the NetDAM data path")?;
+    if node.reused_pins {
+        log::info!(
+            "reusing the pinned NetDAM memory and counters in {} (layout matches)",
+            pin_dir.display()
+        );
+    } else {
+        log::info!(
+            "new NetDAM memory of {} bytes, pinned in {}",
+            a.mem_size,
+            pin_dir.display()
+        );
+    }
+    let mode = node.attach(&a.iface, a.mode)?;
+    log::info!(
+        "serving NetDAM on {} ({mode} XDP): {ipv4} port {} mtu {}, {} region(s){}, {} peer(s)",
+        a.iface,
+        a.port,
+        iface.mtu,
+        spec.regions.len(),
+        spec.regions
+            .iter()
+            .map(|(k, r)| format!(" {k:#x}:{:#x}+{:#x}:{}", r.base, r.size, perm_letters(r.perms)))
+            .collect::<String>(),
+        spec.peers.len()
+    );
+    let mut term = tokio::signal::unix::signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let log_fd = match node.log_fd() {
+        Some(fd) => {
+            let owned = fd.try_clone_to_owned().context("duplicating the eBPF log fd")?;
+            // SAFETY: `owned` is our own duplicate of the ring buffer's fd and lives as long as the AsyncFd.
+            Some(unsafe { AsyncFd::register(owned) }.map_err(|e| anyhow::anyhow!("registering the eBPF log fd: {e}"))?)
+        }
+        None => None,
+    };
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => { log::info!("Ctrl-C: detaching"); break; }
+            _ = term.recv() => { log::info!("SIGTERM: detaching"); break; }
+            r = async { match &log_fd { Some(fd) => fd.readable().await.map(|mut g| g.clear_ready()), None => std::future::pending().await } } => {
+                r.context("polling the eBPF log")?;
+                node.flush_log();
+            }
+        }
+    }
+    node.detach()?;
+    log::info!(
+        "detached from {}; memory and counters stay pinned in {}",
+        a.iface,
+        pin_dir.display()
+    );
+    Ok(())
+}
+
+async fn ping(a: PingArgs) -> Result<()> {
+    let client = a.node.client().await?;
+    let mut rtts = Vec::new();
+    for i in 0..a.count {
+        let rtt = client.ping().await?;
+        println!("NOP {} from {}: {:.1} us", i + 1, a.node.node, rtt.as_secs_f64() * 1e6);
+        rtts.push(rtt);
+        if i + 1 < a.count {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    rtts.sort();
+    if let (Some(min), Some(max)) = (rtts.first(), rtts.last()) {
+        println!(
+            "{} answered, rtt min {:.1} us, median {:.1} us, max {:.1} us",
+            rtts.len(),
+            us(*min),
+            us(rtts[rtts.len() / 2]),
+            us(*max)
+        );
+    }
+    Ok(())
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn progress_bar(total: u64) -> ProgressBar {
+    // Only draw for transfers long enough to watch; indicatif hides itself when stderr is not a terminal.
+    let pb = if total >= 4 << 20 {
+        ProgressBar::new(total)
+    } else {
+        ProgressBar::hidden()
+    };
+    pb.set_style(
+        ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}").expect("template"),
+    );
+    pb
+}
+
+async fn write(a: WriteArgs) -> Result<()> {
+    let data = tokio::fs::read(&a.file)
+        .await
+        .with_context(|| format!("reading {}", a.file.display()))?;
+    let client = a.node.client().await?;
+    let pb = progress_bar(data.len() as u64);
+    let t = std::time::Instant::now();
+    client.write(a.rkey, a.addr, &data, &|n| pb.inc(n as u64)).await?;
+    pb.finish_and_clear();
+    let secs = t.elapsed().as_secs_f64();
+    println!(
+        "wrote {} bytes at {:#x} in {:.3} s ({:.1} MB/s)",
+        data.len(),
+        a.addr,
+        secs,
+        data.len() as f64 / secs / 1e6
+    );
+    Ok(())
+}
+
+async fn read(a: ReadArgs) -> Result<()> {
+    let len = usize::try_from(a.len).context("--len does not fit this machine")?;
+    let client = a.node.client().await?;
+    let pb = progress_bar(a.len);
+    let t = std::time::Instant::now();
+    let data = client.read(a.rkey, a.addr, len, &|n| pb.inc(n as u64)).await?;
+    pb.finish_and_clear();
+    let secs = t.elapsed().as_secs_f64();
+    tokio::fs::write(&a.out, &data)
+        .await
+        .with_context(|| format!("writing {}", a.out.display()))?;
+    println!(
+        "read {} bytes at {:#x} in {:.3} s ({:.1} MB/s) into {}",
+        data.len(),
+        a.addr,
+        secs,
+        data.len() as f64 / secs / 1e6,
+        a.out.display()
+    );
+    Ok(())
+}
+
+async fn testbed(cmd: TestbedCmd) -> Result<()> {
+    match cmd {
+        TestbedCmd::Up { nodes, mtu, prefix } => {
+            let tb = Testbed::up(&prefix, nodes, mtu)?;
+            for h in &tb.hosts {
+                println!("{:<10} {:<14} eth0  pins {}", h.netns, h.ip, h.pin_dir.display());
+            }
+            println!("switch namespace {prefix}sw; remove it all with `netdam testbed down --prefix {prefix}`");
+            tb.leak();
+            Ok(())
+        }
+        TestbedCmd::Down { prefix } => {
+            Testbed::down(&prefix)?;
+            println!("testbed {prefix} removed");
+            Ok(())
+        }
+        TestbedCmd::Demo { nodes, prefix } => demo(nodes as usize, &prefix).await,
+    }
+}
+
+/// The `cargo xtask run` tour: every node serves, pings every other, and one
+/// writes and reads back another's memory.
+async fn demo(nodes: usize, prefix: &str) -> Result<()> {
+    let exe = std::env::current_exe().context("locating the netdam binary")?;
+    println!(
+        "building a testbed of {nodes} hosts ({prefix}0..{prefix}{}) on a bridge",
+        nodes - 1
+    );
+    let tb = Testbed::up(prefix, nodes, 1500)?;
+    let region = "0x1234:0:4MiB:rwam".to_string();
+    let mut served = Vec::new();
+    for i in 0..nodes {
+        let mut args = vec![
+            "--mem-size".to_string(),
+            "16MiB".into(),
+            "--region".into(),
+            region.clone(),
+        ];
+        for (j, h) in tb.hosts.iter().enumerate() {
+            if j != i {
+                args.extend(["--peer".to_string(), h.ip.to_string()]);
+            }
+        }
+        served.push(tb.serve(i, &exe, &args)?);
+        println!(
+            "  {} serves NetDAM at {} (16 MiB, region 0x1234 = [0, 4 MiB) rwam)",
+            tb.hosts[i].netns, tb.hosts[i].ip
+        );
+    }
+    println!("\nNOP round trips (from row to column, microseconds):");
+    print!("{:>8}", "");
+    for h in &tb.hosts {
+        print!("{:>10}", h.netns);
+    }
+    println!();
+    for i in 0..nodes {
+        print!("{:>8}", tb.hosts[i].netns);
+        for j in 0..nodes {
+            if i == j {
+                print!("{:>10}", "-");
+                continue;
+            }
+            let ip = tb.hosts[j].ip;
+            let rtt = tb.in_host(i, move || -> Result<Duration> {
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+                rt.block_on(async { Ok(Client::connect(ip, ClientConfig::default()).await?.ping().await?) })
+            })??;
+            print!("{:>10.1}", us(rtt));
+        }
+        println!();
+    }
+    let target = tb.hosts[0].ip;
+    let data: Vec<u8> = (0..(1 << 20)).map(|_| rand::random::<u8>()).collect();
+    let sent = data.clone();
+    let (wrote, read) = tb.in_host(1, move || -> Result<(Duration, Vec<u8>)> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        rt.block_on(async {
+            let c = Client::connect(target, ClientConfig::default()).await?;
+            let t = std::time::Instant::now();
+            c.write(0x1234, 0x1000, &sent, &|_| {}).await?;
+            let w = t.elapsed();
+            Ok((w, c.read(0x1234, 0x1000, sent.len(), &|_| {}).await?))
+        })
+    })??;
+    anyhow::ensure!(read == data, "the bytes read back differ from the bytes written");
+    println!(
+        "\n{} wrote 1 MiB into {}'s NetDAM memory in {:.1} ms and read it back byte-exact",
+        tb.hosts[1].netns,
+        tb.hosts[0].netns,
+        wrote.as_secs_f64() * 1e3
+    );
+    let stats = Stats::read_pinned(&tb.hosts[0].pin_dir)?;
+    println!(
+        "\ncounters of {} (netdam stats --pin-dir {}):\n{}",
+        tb.hosts[0].netns,
+        tb.hosts[0].pin_dir.display(),
+        stats.table()
+    );
+    for s in served {
+        s.stop();
+    }
+    drop(tb);
+    println!("testbed {prefix} torn down");
+    Ok(())
+}

@@ -1,0 +1,130 @@
+//! The data path's counters as a table or JSON.
+
+use std::path::Path;
+
+use aya::maps::{Map, MapData, PerCpuArray};
+use netdam_common::{
+    counters::{op_slot_name, Event, OP_SLOTS, STATUS_SLOTS},
+    Status,
+};
+use serde::Serialize;
+
+use crate::controller::{sum_counters, ControllerError, MAP_COUNTERS};
+
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct OpCount {
+    pub op: &'static str,
+    pub status: &'static str,
+    pub count: u64,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct EventCount {
+    pub event: &'static str,
+    pub count: u64,
+}
+
+/// Non-zero counters, by (opcode, status) and by event.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Stats {
+    pub requests: Vec<OpCount>,
+    pub events: Vec<EventCount>,
+}
+
+impl Stats {
+    pub fn from_counters(c: &[u64]) -> Stats {
+        let mut requests = Vec::new();
+        for slot in 0..OP_SLOTS {
+            for s in Status::ALL {
+                let count = c.get((slot * STATUS_SLOTS + *s as u32) as usize).copied().unwrap_or(0);
+                if count > 0 {
+                    requests.push(OpCount {
+                        op: op_slot_name(slot),
+                        status: s.name(),
+                        count,
+                    });
+                }
+            }
+        }
+        let events = Event::ALL
+            .iter()
+            .map(|e| EventCount {
+                event: e.name(),
+                count: c.get(*e as usize).copied().unwrap_or(0),
+            })
+            .collect();
+        Stats { requests, events }
+    }
+
+    /// Reads the counters pinned in a node's pin directory (no need to own the node).
+    pub fn read_pinned(dir: &Path) -> Result<Stats, ControllerError> {
+        let path = dir.join(MAP_COUNTERS);
+        if !path.exists() {
+            return Err(ControllerError::Io(
+                format!("no counters at {}", path.display()),
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "has `netdam serve` run on this interface? pass its --pin-dir",
+                ),
+            ));
+        }
+        let data = MapData::from_pin(&path).map_err(|e| ControllerError::Map(MAP_COUNTERS, e))?;
+        let arr: PerCpuArray<MapData, u64> =
+            PerCpuArray::try_from(Map::PerCpuArray(data)).map_err(|e| ControllerError::Map(MAP_COUNTERS, e))?;
+        Ok(Stats::from_counters(&sum_counters(&arr)?))
+    }
+
+    /// The count of requests with this opcode name and status.
+    pub fn requests(&self, op: &str, status: Status) -> u64 {
+        self.requests
+            .iter()
+            .find(|r| r.op == op && r.status == status.name())
+            .map_or(0, |r| r.count)
+    }
+
+    pub fn event(&self, e: Event) -> u64 {
+        self.events.iter().find(|x| x.event == e.name()).map_or(0, |x| x.count)
+    }
+
+    /// A plain-text table for the terminal.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let w = 14;
+        out.push_str(&format!("{:<w$} {:<w$} {:>14}\n", "opcode", "status", "requests"));
+        if self.requests.is_empty() {
+            out.push_str("(no requests yet)\n");
+        }
+        for r in &self.requests {
+            out.push_str(&format!("{:<w$} {:<w$} {:>14}\n", r.op, r.status, r.count));
+        }
+        out.push('\n');
+        out.push_str(&format!("{:<29} {:>14}\n", "frame event", "frames"));
+        for e in &self.events {
+            out.push_str(&format!("{:<29} {:>14}\n", e.event, e.count));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netdam_common::counters::{op_status, COUNTER_SLOTS};
+
+    #[test]
+    fn rows_from_counters() {
+        let mut c = vec![0u64; COUNTER_SLOTS as usize];
+        c[op_status(1, Status::Ok) as usize] = 5;
+        c[op_status(2, Status::BadKey) as usize] = 2;
+        c[Event::DropBadMagic as usize] = 7;
+        let s = Stats::from_counters(&c);
+        assert_eq!(s.requests("WRITE", Status::Ok), 5);
+        assert_eq!(s.requests("READ", Status::BadKey), 2);
+        assert_eq!(s.requests("READ", Status::Ok), 0);
+        assert_eq!(s.event(Event::DropBadMagic), 7);
+        let t = s.table();
+        assert!(t.contains("WRITE") && t.contains("BAD_KEY") && t.contains("drop_bad_magic"));
+        let j = serde_json::to_value(&s).unwrap();
+        assert_eq!(j["requests"][0]["count"], 5);
+    }
+}

@@ -1,0 +1,400 @@
+//! The testbed: N test hosts `{prefix}0..{prefix}{N-1}`, each a network
+//! namespace with one veth `eth0`, all on a bridge inside a switch namespace
+//! `{prefix}sw`. Nothing is added to the host's own namespace.
+//!
+//! Addresses: host i has 198.18.0.(i+1)/24 (RFC 2544's benchmarking range)
+//! and MAC 02:da:00:00:00:(i+1). The switch side of each veth runs a
+//! pass-through XDP program, pinned under the testbed's bpffs directory,
+//! because veth hands XDP_TX frames only to a peer that runs XDP.
+
+use std::{
+    fs::File,
+    net::Ipv4Addr,
+    os::unix::process::CommandExt,
+    path::PathBuf,
+    process::{Command, Stdio},
+};
+
+use aya::{
+    programs::{links::FdLink, Xdp, XdpMode},
+    EbpfLoader,
+};
+use nix::sched::{setns, CloneFlags};
+use thiserror::Error;
+
+use crate::controller::NETDAM_XDP;
+
+/// Most hosts on one testbed (addresses .1 to .250).
+pub const MAX_NODES: usize = 250;
+const NETNS_DIR: &str = "/run/netns";
+const PIN_ROOT: &str = "/sys/fs/bpf/netdam-testbed";
+
+#[derive(Debug, Error)]
+pub enum TestbedError {
+    #[error("--nodes {0}: a testbed has 1 to {MAX_NODES} hosts")]
+    Nodes(usize),
+    #[error("--mtu {0}: use 576 to 9000")]
+    Mtu(u32),
+    #[error("testbed prefix {0:?}: use 1 to 8 letters, digits or '-' not ending in a digit (namespace and interface names derive from it)")]
+    Prefix(String),
+    #[error("`{cmd}` failed: {stderr}")]
+    Command { cmd: String, stderr: String },
+    #[error("`ip` (iproute2) is needed to build the testbed: apt-get install iproute2 ({0})")]
+    NoIp(std::io::Error),
+    #[error("{0}: {1}")]
+    Io(String, #[source] std::io::Error),
+    #[error("pass-through XDP on {port}: {detail}")]
+    Pass { port: String, detail: String },
+}
+
+/// One test host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Host {
+    /// Its network namespace.
+    pub netns: String,
+    pub ip: Ipv4Addr,
+    pub mac: [u8; 6],
+    /// The pin directory its NetDAM node uses.
+    pub pin_dir: PathBuf,
+}
+
+/// A testbed that exists. Dropping a `Testbed` made by `up` tears it down
+/// (also on panic); `leak` keeps it.
+#[derive(Debug)]
+pub struct Testbed {
+    pub prefix: String,
+    pub hosts: Vec<Host>,
+    pub mtu: u32,
+    owned: bool,
+}
+
+pub const IFACE: &str = "eth0";
+
+pub fn host_ip(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(198, 18, 0, (i + 1) as u8)
+}
+
+pub fn host_mac(i: usize) -> [u8; 6] {
+    [0x02, 0xDA, 0, 0, 0, (i + 1) as u8]
+}
+
+fn switch_ns(prefix: &str) -> String {
+    format!("{prefix}sw")
+}
+
+fn pin_root(prefix: &str) -> PathBuf {
+    PathBuf::from(PIN_ROOT).join(prefix)
+}
+
+fn check_prefix(prefix: &str) -> Result<(), TestbedError> {
+    let ok = !prefix.is_empty()
+        && prefix.len() <= 8
+        && prefix.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        && !prefix.ends_with(|c: char| c.is_ascii_digit());
+    if ok {
+        Ok(())
+    } else {
+        Err(TestbedError::Prefix(prefix.to_string()))
+    }
+}
+
+fn ip(args: &[&str]) -> Result<(), TestbedError> {
+    let out = Command::new("ip")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(TestbedError::NoIp)?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(TestbedError::Command {
+            cmd: format!("ip {}", args.join(" ")),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        })
+    }
+}
+
+/// Runs `f` on a thread that has entered network namespace `netns`.
+pub fn in_netns<T: Send + 'static>(netns: &str, f: impl FnOnce() -> T + Send + 'static) -> Result<T, TestbedError> {
+    let path = PathBuf::from(NETNS_DIR).join(netns);
+    let file = File::open(&path).map_err(|e| TestbedError::Io(format!("open {}", path.display()), e))?;
+    std::thread::spawn(move || {
+        setns(&file, CloneFlags::CLONE_NEWNET).map_err(|e| TestbedError::Io("setns".into(), e.into()))?;
+        Ok(f())
+    })
+    .join()
+    .expect("netns thread panicked")
+}
+
+impl Testbed {
+    /// Builds a testbed of `nodes` hosts, after removing any leftover of the same prefix.
+    pub fn up(prefix: &str, nodes: usize, mtu: u32) -> Result<Testbed, TestbedError> {
+        check_prefix(prefix)?;
+        if nodes == 0 || nodes > MAX_NODES {
+            return Err(TestbedError::Nodes(nodes));
+        }
+        if !(576..=9000).contains(&mtu) {
+            return Err(TestbedError::Mtu(mtu));
+        }
+        Testbed::down(prefix)?;
+        let mut tb = Testbed {
+            prefix: prefix.to_string(),
+            hosts: Vec::new(),
+            mtu,
+            owned: true,
+        };
+        // On any error below, dropping `tb` removes what was made.
+        let sw = switch_ns(prefix);
+        ip(&["netns", "add", &sw])?;
+        ip(&["-n", &sw, "link", "set", "lo", "up"])?;
+        ip(&[
+            "-n",
+            &sw,
+            "link",
+            "add",
+            "br0",
+            "mtu",
+            &mtu.to_string(),
+            "type",
+            "bridge",
+        ])?;
+        ip(&["-n", &sw, "link", "set", "br0", "up"])?;
+        let mtu_s = mtu.to_string();
+        for i in 0..nodes {
+            let ns = format!("{prefix}{i}");
+            ip(&["netns", "add", &ns])?;
+            tb.hosts.push(Host {
+                netns: ns.clone(),
+                ip: host_ip(i),
+                mac: host_mac(i),
+                pin_dir: pin_root(prefix).join(&ns),
+            });
+            let port = format!("p{i}");
+            ip(&[
+                "-n", &sw, "link", "add", &port, "mtu", &mtu_s, "type", "veth", "peer", "name", IFACE, "netns", &ns,
+            ])?;
+            let mac = host_mac(i)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(":");
+            ip(&["-n", &ns, "link", "set", IFACE, "address", &mac, "mtu", &mtu_s])?;
+            ip(&["-n", &ns, "addr", "add", &format!("{}/24", host_ip(i)), "dev", IFACE])?;
+            ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+            ip(&["-n", &ns, "link", "set", IFACE, "up"])?;
+            ip(&["-n", &sw, "link", "set", &port, "master", "br0", "up"])?;
+        }
+        tb.attach_pass_programs()?;
+        Ok(tb)
+    }
+
+    /// Pins a pass-through XDP program on every switch port.
+    fn attach_pass_programs(&self) -> Result<(), TestbedError> {
+        let dir = pin_root(&self.prefix);
+        std::fs::create_dir_all(&dir).map_err(|e| {
+            TestbedError::Io(
+                format!("create {} (is bpffs mounted at /sys/fs/bpf?)", dir.display()),
+                e,
+            )
+        })?;
+        let ports: Vec<String> = (0..self.hosts.len()).map(|i| format!("p{i}")).collect();
+        let sw = switch_ns(&self.prefix);
+        in_netns(&sw, move || -> Result<(), TestbedError> {
+            let fail = |port: &str, detail: String| TestbedError::Pass {
+                port: port.to_string(),
+                detail,
+            };
+            let mut ebpf = EbpfLoader::new()
+                .load(NETDAM_XDP)
+                .map_err(|e| fail("load", e.to_string()))?;
+            let prog: &mut Xdp = ebpf
+                .program_mut("netdam_pass")
+                .expect("netdam_pass")
+                .try_into()
+                .expect("xdp");
+            prog.load().map_err(|e| fail("load", e.to_string()))?;
+            for port in &ports {
+                let id = prog
+                    .attach(port, XdpMode::Driver)
+                    .map_err(|e| fail(port, e.to_string()))?;
+                let link = prog.take_link(id).map_err(|e| fail(port, e.to_string()))?;
+                let fd: FdLink = link
+                    .try_into()
+                    .map_err(|e: aya::programs::links::LinkError| fail(port, e.to_string()))?;
+                fd.pin(dir.join(format!("sw-{port}")))
+                    .map_err(|e| fail(port, e.to_string()))?;
+            }
+            Ok(())
+        })?
+    }
+
+    /// Removes every namespace and pin of testbed `prefix`; succeeds if there is none.
+    pub fn down(prefix: &str) -> Result<(), TestbedError> {
+        check_prefix(prefix)?;
+        let mut first_err = None;
+        if let Ok(entries) = std::fs::read_dir(NETNS_DIR) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().to_string();
+                let Some(rest) = name.strip_prefix(prefix) else {
+                    continue;
+                };
+                if rest == "sw" || (!rest.is_empty() && rest.chars().all(|c| c.is_ascii_digit())) {
+                    if let Err(err) = ip(&["netns", "del", &name]) {
+                        first_err.get_or_insert(err);
+                    }
+                }
+            }
+        }
+        let pins = pin_root(prefix);
+        if pins.exists() {
+            if let Err(e) = std::fs::remove_dir_all(&pins) {
+                first_err.get_or_insert(TestbedError::Io(format!("remove {}", pins.display()), e));
+            }
+        }
+        // The shared parent goes once no testbed uses it.
+        let _ = std::fs::remove_dir(PIN_ROOT);
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// A command that runs inside host `i`'s network namespace (only the
+    /// network namespace: bpffs and the file system stay the host's).
+    pub fn command(&self, i: usize, program: impl AsRef<std::ffi::OsStr>) -> Result<Command, TestbedError> {
+        let path = PathBuf::from(NETNS_DIR).join(&self.hosts[i].netns);
+        let file = File::open(&path).map_err(|e| TestbedError::Io(format!("open {}", path.display()), e))?;
+        let mut cmd = Command::new(program);
+        // SAFETY: setns is async-signal-safe; `file` is moved into the closure and outlives the fork.
+        unsafe {
+            cmd.pre_exec(move || setns(&file, CloneFlags::CLONE_NEWNET).map_err(std::io::Error::from));
+        }
+        Ok(cmd)
+    }
+
+    /// Runs `f` inside host `i`'s network namespace.
+    pub fn in_host<T: Send + 'static>(
+        &self,
+        i: usize,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, TestbedError> {
+        in_netns(&self.hosts[i].netns, f)
+    }
+
+    /// Keeps the testbed when this value is dropped (for `testbed up`).
+    pub fn leak(mut self) {
+        self.owned = false;
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        if self.owned {
+            if let Err(e) = Testbed::down(&self.prefix) {
+                log::warn!("tearing down testbed {}: {e}", self.prefix);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_and_addresses() {
+        assert!(check_prefix("nd").is_ok());
+        assert!(check_prefix("t12-a").is_ok());
+        assert!(check_prefix("nd1").is_err());
+        assert!(check_prefix("").is_err());
+        assert!(check_prefix("a/b").is_err());
+        assert!(check_prefix("waytoolong").is_err());
+        assert_eq!(host_ip(0), Ipv4Addr::new(198, 18, 0, 1));
+        assert_eq!(host_mac(2), [2, 0xDA, 0, 0, 0, 3]);
+    }
+}
+
+/// A `netdam serve` running in a test host; stopped with SIGTERM on drop.
+#[derive(Debug)]
+pub struct Served {
+    pub host: usize,
+    child: std::process::Child,
+    log: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Testbed {
+    /// Starts `netdam serve --iface eth0 --pin-dir <host's> ARGS` in host `i`
+    /// and waits until it serves.
+    pub fn serve(&self, i: usize, netdam: &std::path::Path, args: &[String]) -> Result<Served, TestbedError> {
+        use std::io::{BufRead, BufReader};
+        let mut cmd = self.command(i, netdam)?;
+        cmd.arg("serve")
+            .arg("--iface")
+            .arg(IFACE)
+            .arg("--pin-dir")
+            .arg(&self.hosts[i].pin_dir)
+            .args(args);
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| TestbedError::Io(format!("start {}", netdam.display()), e))?;
+        let stderr = child.stderr.take().expect("piped stderr");
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = log.clone();
+        let name = self.hosts[i].netns.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("serving NetDAM on") {
+                    let _ = tx.send(());
+                }
+                log::debug!("[{name}] {line}");
+                sink.lock().expect("log lock").push_str(&(line + "\n"));
+            }
+        });
+        let mut served = Served { host: i, child, log };
+        match rx.recv_timeout(std::time::Duration::from_secs(30)) {
+            Ok(()) => Ok(served),
+            Err(_) => {
+                let _ = served.child.kill();
+                let _ = served.child.wait();
+                Err(TestbedError::Command {
+                    cmd: format!("netdam serve in {}", self.hosts[i].netns),
+                    stderr: served.log.lock().expect("log lock").clone(),
+                })
+            }
+        }
+    }
+}
+
+impl Served {
+    /// What the process printed so far.
+    pub fn log(&self) -> String {
+        self.log.lock().expect("log lock").clone()
+    }
+
+    /// SIGTERM, then wait; returns whether it exited cleanly.
+    pub fn stop(mut self) -> bool {
+        self.terminate()
+    }
+
+    fn terminate(&mut self) -> bool {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            return status.success();
+        }
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        for _ in 0..100 {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.success();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        false
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.terminate();
+    }
+}
