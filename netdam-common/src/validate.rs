@@ -30,11 +30,21 @@ pub struct Checked {
     pub resp_len: u32,
 }
 
-/// Checks everything that needs only the header: version, opcode, sr_len,
-/// dtype/alu, length (and TOO_LARGE: an answer larger than `mtu` or than the
-/// data path copies), alignment.
+/// A frame whose `len` claims more payload than the datagram holds is
+/// dropped unanswered (section 5), except a READ, whose payload is padding
+/// and whose shortfall is BAD_LENGTH (section 3). `avail` is the datagram's
+/// payload after the NetDAM and SR headers.
 #[inline(always)]
-pub fn check_header(h: &NetdamHdr, mtu: u32) -> Result<Checked, Status> {
+pub const fn len_past_datagram(h: &NetdamHdr, avail: u32) -> bool {
+    h.opcode != Opcode::Read as u8 && h.len() as u32 > avail
+}
+
+/// Checks everything that needs only the header: version, opcode, sr_len,
+/// dtype/alu, length (BAD_LENGTH, a READ without its padding included, and
+/// TOO_LARGE: an answer larger than `mtu` or than the data path copies),
+/// alignment. `avail` is the payload the datagram carries.
+#[inline(always)]
+pub fn check_header(h: &NetdamHdr, mtu: u32, avail: u32) -> Result<Checked, Status> {
     if h.version != VERSION {
         return Err(Status::BadVersion);
     }
@@ -52,6 +62,7 @@ pub fn check_header(h: &NetdamHdr, mtu: u32) -> Result<Checked, Status> {
         Opcode::Nop if len != 0 => return Err(Status::BadLength),
         Opcode::Nop => (0, 0),
         Opcode::Write => (len, 0),
+        Opcode::Read if len > avail => return Err(Status::BadLength),
         Opcode::Read => (len, len),
         Opcode::FetchAdd | Opcode::Swap if len != 8 => return Err(Status::BadLength),
         Opcode::Cas if len != 16 => return Err(Status::BadLength),
@@ -159,20 +170,20 @@ mod tests {
     fn order_version_before_opcode_before_length() {
         let mut h = hdr(0x7F, 3, 1);
         h.version = 2;
-        assert_eq!(check_header(&h, MTU), Err(Status::BadVersion));
+        assert_eq!(check_header(&h, MTU, 9000), Err(Status::BadVersion));
         h.version = 1;
-        assert_eq!(check_header(&h, MTU), Err(Status::BadOpcode));
+        assert_eq!(check_header(&h, MTU, 9000), Err(Status::BadOpcode));
         h.opcode = Opcode::Nop as u8;
-        assert_eq!(check_header(&h, MTU), Err(Status::BadLength));
+        assert_eq!(check_header(&h, MTU, 9000), Err(Status::BadLength));
         h.set_len(0);
-        assert!(check_header(&h, MTU).is_ok());
+        assert!(check_header(&h, MTU, 9000).is_ok());
     }
 
     #[test]
     fn sr_len_only_for_chain() {
         let mut h = hdr(Opcode::Write as u8, 4, 0);
         h.sr_len = 24;
-        assert_eq!(check_header(&h, MTU), Err(Status::BadSr));
+        assert_eq!(check_header(&h, MTU, 9000), Err(Status::BadSr));
         let mut c = hdr(Opcode::Chain as u8, 4, 0);
         for (sr, ok) in [
             (0, false),
@@ -183,7 +194,7 @@ mod tests {
             (144, false),
         ] {
             c.sr_len = sr;
-            assert_eq!(check_header(&c, MTU).is_ok(), ok, "sr_len {sr}");
+            assert_eq!(check_header(&c, MTU, 9000).is_ok(), ok, "sr_len {sr}");
         }
     }
 
@@ -197,56 +208,73 @@ mod tests {
         assert_eq!(check_vector_type(1, 7), Err(Status::BadDtype));
         // dtype is checked before length: a zero-length vector with a bad dtype.
         let mut h = hdr(Opcode::Accumulate as u8, 0, 0);
-        assert_eq!(check_header(&h, MTU), Err(Status::BadDtype));
+        assert_eq!(check_header(&h, MTU, 9000), Err(Status::BadDtype));
         h.dtype = 1;
         h.alu = 1;
-        assert_eq!(check_header(&h, MTU), Err(Status::BadLength));
+        assert_eq!(check_header(&h, MTU, 9000), Err(Status::BadLength));
     }
 
     #[test]
     fn lengths_and_alignment() {
         assert_eq!(
-            check_header(&hdr(Opcode::FetchAdd as u8, 16, 0), MTU),
+            check_header(&hdr(Opcode::FetchAdd as u8, 16, 0), MTU, 9000),
             Err(Status::BadLength)
         );
-        assert_eq!(check_header(&hdr(Opcode::Cas as u8, 8, 0), MTU), Err(Status::BadLength));
         assert_eq!(
-            check_header(&hdr(Opcode::Cas as u8, 16, 4), MTU),
+            check_header(&hdr(Opcode::Cas as u8, 8, 0), MTU, 9000),
+            Err(Status::BadLength)
+        );
+        assert_eq!(
+            check_header(&hdr(Opcode::Cas as u8, 16, 4), MTU, 9000),
             Err(Status::Misaligned)
         );
-        let c = check_header(&hdr(Opcode::Cas as u8, 16, 8), MTU).unwrap();
+        let c = check_header(&hdr(Opcode::Cas as u8, 16, 8), MTU, 9000).unwrap();
         assert_eq!((c.mem_len, c.resp_len), (8, 8));
-        assert_eq!(check_header(&hdr(Opcode::Msg as u8, 0, 0), MTU), Err(Status::BadLength));
-        let r = check_header(&hdr(Opcode::Read as u8, 0, 3), MTU).unwrap();
+        assert_eq!(
+            check_header(&hdr(Opcode::Msg as u8, 0, 0), MTU, 9000),
+            Err(Status::BadLength)
+        );
+        let r = check_header(&hdr(Opcode::Read as u8, 0, 3), MTU, 9000).unwrap();
         assert_eq!(r.mem_len, 0);
         let mut v = hdr(Opcode::Reduce as u8, 6, 0);
         v.dtype = Dtype::I32 as u8;
         v.alu = Alu::Min as u8;
-        assert_eq!(check_header(&v, MTU), Err(Status::Misaligned));
+        assert_eq!(check_header(&v, MTU, 9000), Err(Status::Misaligned));
         v.set_len(8);
         v.set_addr(2);
-        assert_eq!(check_header(&v, MTU), Err(Status::Misaligned));
+        assert_eq!(check_header(&v, MTU, 9000), Err(Status::Misaligned));
+    }
+
+    #[test]
+    fn read_needs_its_padding_others_are_dropped() {
+        let r = hdr(Opcode::Read as u8, 100, 0);
+        assert!(!len_past_datagram(&r, 99));
+        assert_eq!(check_header(&r, MTU, 99), Err(Status::BadLength));
+        assert!(check_header(&r, MTU, 100).is_ok());
+        let w = hdr(Opcode::Write as u8, 100, 0);
+        assert!(len_past_datagram(&w, 99));
+        assert!(!len_past_datagram(&w, 100));
     }
 
     #[test]
     fn too_large_when_the_answer_exceeds_the_mtu() {
         // 20 + 8 + 32 + 1440 = 1500: fits exactly; one more byte does not.
-        assert!(check_header(&hdr(Opcode::Read as u8, 1440, 0), MTU).is_ok());
+        assert!(check_header(&hdr(Opcode::Read as u8, 1440, 0), MTU, 9000).is_ok());
         assert_eq!(
-            check_header(&hdr(Opcode::Read as u8, 1441, 0), MTU),
+            check_header(&hdr(Opcode::Read as u8, 1441, 0), MTU, 9000),
             Err(Status::TooLarge)
         );
         // A write is answered without its payload, but no node copies more than MAX_PAYLOAD.
-        assert!(check_header(&hdr(Opcode::Write as u8, 4000, 0), MTU).is_ok());
+        assert!(check_header(&hdr(Opcode::Write as u8, 4000, 0), MTU, 9000).is_ok());
         assert_eq!(
-            check_header(&hdr(Opcode::Write as u8, MAX_PAYLOAD as u16 + 1, 0), MTU),
+            check_header(&hdr(Opcode::Write as u8, MAX_PAYLOAD as u16 + 1, 0), MTU, 9000),
             Err(Status::TooLarge)
         );
     }
 
     #[test]
     fn access_order_key_permission_bounds() {
-        let c = check_header(&hdr(Opcode::Write as u8, 8, 0), MTU).unwrap();
+        let c = check_header(&hdr(Opcode::Write as u8, 8, 0), MTU, 9000).unwrap();
         let ro = Region {
             base: 0,
             size: 16,
@@ -261,7 +289,7 @@ mod tests {
         assert_eq!(check_access(Some(&ro), &c, 100), Err(Status::Forbidden));
         assert_eq!(check_access(Some(&rw), &c, 9), Err(Status::OutOfBounds));
         assert_eq!(check_access(Some(&rw), &c, 8), Ok(()));
-        let nop = check_header(&hdr(0, 0, 0), MTU).unwrap();
+        let nop = check_header(&hdr(0, 0, 0), MTU, 9000).unwrap();
         assert_eq!(check_access(None, &nop, 0), Ok(()));
     }
 

@@ -5,6 +5,7 @@ use aya_ebpf::{helpers::generated::bpf_xdp_load_bytes, programs::XdpContext};
 use netdam_common::{
     config::cfg_flags,
     counters::Event,
+    validate::len_past_datagram,
     wire::{is_unanswerable_source, ETH_P_IPV4, HDR_LEN, IPPROTO_UDP},
     NetdamHdr, NodeConfig,
 };
@@ -20,6 +21,8 @@ pub struct Request {
     pub hdr: NetdamHdr,
     /// Offset of the payload (after the NetDAM and SR headers) in the frame.
     pub payload_off: u32,
+    /// Payload bytes the datagram carries after the NetDAM and SR headers.
+    pub payload_avail: u32,
 }
 
 impl Request {
@@ -114,7 +117,7 @@ pub fn try_parse(ctx: &XdpContext, cfg: &NodeConfig, frame_len: u32) -> Result<R
         return Err(Verdict::Drop(Event::DropTruncated));
     }
     let payload_avail = nd_len - headers;
-    if hdr.len() as u32 > payload_avail {
+    if len_past_datagram(&hdr, payload_avail) {
         return Err(Verdict::Drop(Event::DropLenPastDatagram));
     }
     Ok(Request {
@@ -123,5 +126,6 @@ pub fn try_parse(ctx: &XdpContext, cfg: &NodeConfig, frame_len: u32) -> Result<R
         udp,
         hdr,
         payload_off: l4 + UdpHdr::LEN as u32 + headers,
+        payload_avail,
     })
 }

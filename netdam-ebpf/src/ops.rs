@@ -55,7 +55,7 @@ impl From<Verdict> for Failure {
 #[inline(always)]
 fn try_execute(ctx: &XdpContext, cfg: &NodeConfig, req: &Request) -> Result<u32, Failure> {
     let h = &req.hdr;
-    let checked = check_header(h, cfg.mtu)?;
+    let checked = check_header(h, cfg.mtu, req.payload_avail)?;
     if !executes(checked.op) {
         return Err(Status::BadOpcode.into());
     }

@@ -1,18 +1,551 @@
-//! Tier 2: the XDP program in the kernel through BPF_PROG_TEST_RUN.
+//! Tier 2: the real XDP program in the kernel, driven frame by frame through
+//! BPF_PROG_TEST_RUN; memory checked through the controller's mmap.
+
+use std::net::Ipv4Addr;
 
 use netdam_common::{
-    frame::{netdam_frame, parse_udp},
-    NetdamHdr, Opcode,
+    counters::{op_status, Event},
+    frame::{netdam_frame, parse_udp, udp_frame, Endpoint, Ipv4Opts},
+    wire::{flags, DEFAULT_PORT},
+    NetdamHdr, Opcode, Status,
 };
 use netdam_tests::progrun::*;
 
+fn hdr(op: Opcode, rkey: u32, addr: u64, len: u16) -> NetdamHdr {
+    let mut h = NetdamHdr::request(op);
+    h.set_rkey(rkey);
+    h.set_addr(addr);
+    h.set_len(len);
+    h.set_seq(0xABCD_0001);
+    h.set_tag(0x7A6);
+    h
+}
+
+fn frame(h: &NetdamHdr, payload: &[u8]) -> Vec<u8> {
+    netdam_frame(&CLIENT, &NODE, h, payload)
+}
+
+/// Checks that `o` is `req` answered per PROTOCOL.md section 3 with `status`,
+/// and returns the response payload.
+fn answered(o: &Outcome, req: &[u8], status: Status) -> Vec<u8> {
+    assert_eq!(o.action, XDP_TX, "expected an answer (XDP_TX), got action {}", o.action);
+    let q = parse_udp(req).unwrap();
+    let (qh, _) = q.netdam().unwrap();
+    let a = parse_udp(&o.frame).expect("the answer parses as Ethernet/IPv4/UDP");
+    assert_eq!((a.dst_mac, a.src_mac), (q.src_mac, q.dst_mac), "MACs swapped");
+    assert_eq!((a.src_ip, a.dst_ip), (q.dst_ip, q.src_ip), "IPs swapped");
+    assert_eq!((a.src_port, a.dst_port), (q.dst_port, q.src_port), "ports swapped");
+    assert_eq!(a.ihl, 5, "IHL 5");
+    assert_eq!(
+        (a.tos, a.ip_id, a.frag, a.ttl),
+        (q.tos, 0, 0x4000, 64),
+        "TOS copied, ID 0, DF, TTL 64"
+    );
+    assert!(a.ip_checksum_ok, "IPv4 header checksum");
+    assert_eq!(a.udp_checksum, 0, "UDP checksum 0");
+    assert_eq!(
+        a.ip_total_len as usize + 14,
+        o.frame.len(),
+        "nothing follows the datagram"
+    );
+    let (ah, rest) = a.netdam().expect("a NetDAM header");
+    // The header is echoed with its sr_len, and the answer keeps those bytes (section 3).
+    assert_eq!(ah.sr_len, qh.sr_len);
+    let payload = &rest[ah.sr_len as usize..];
+    assert_eq!(ah.flags, flags::RESP | (qh.flags & flags::ACK_REQ));
+    assert_eq!(Status::from_u8(ah.status), Some(status), "status");
+    assert_eq!(ah.credit(), 0xFFFF);
+    assert_eq!(ah.len() as usize, payload.len(), "len = the payload bytes");
+    assert_eq!(
+        (ah.seq(), ah.tag(), ah.addr(), ah.rkey(), ah.opcode),
+        (qh.seq(), qh.tag(), qh.addr(), qh.rkey(), qh.opcode)
+    );
+    if status != Status::Ok {
+        assert!(payload.is_empty(), "an error carries no payload");
+    }
+    payload.to_vec()
+}
+
+fn passed_untouched(o: &Outcome, f: &[u8]) {
+    assert_eq!(o.action, XDP_PASS, "expected XDP_PASS");
+    assert_eq!(o.frame, f, "a passed frame must be byte-identical");
+}
+
+fn counter(node: &netdam_user::Node, index: u32) -> u64 {
+    node.counters().unwrap()[index as usize]
+}
+
+fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 #[test]
-fn nop_is_answered() {
+fn nop_is_answered_exactly() {
     let node = load(&spec());
-    let f = netdam_frame(&CLIENT, &NODE, &NetdamHdr::request(Opcode::Nop), &[]);
-    let o = run(&node, &f);
-    eprintln!("{:02x?}", o.frame);
-    assert_eq!(o.action, XDP_TX);
-    let v = parse_udp(&o.frame).expect("an answer frame");
-    eprintln!("{v:?}");
+    for f in [0, flags::ACK_REQ] {
+        let mut h = hdr(Opcode::Nop, 0, 0, 0);
+        h.flags = f;
+        let req = frame(&h, &[]);
+        let o = run(&node, &req);
+        assert!(answered(&o, &req, Status::Ok).is_empty());
+    }
+    assert_eq!(counter(&node, op_status(0, Status::Ok)), 2);
+}
+
+#[test]
+fn write_then_read_back_through_the_mmap() {
+    let node = load(&spec());
+    let data = random_bytes(1440, 1);
+    let req = frame(&hdr(Opcode::Write, RKEY_RW, RW.base + 8, 1440), &data);
+    let o = run(&node, &req);
+    assert_eq!(o.action, XDP_DROP, "a WRITE without ACK_REQ is consumed silently");
+    let mut mem = vec![0u8; 1440];
+    node.memory().read(RW.base + 8, &mut mem).unwrap();
+    assert_eq!(mem, data);
+    // Neighbouring bytes untouched.
+    let mut edge = [0xEEu8; 8];
+    node.memory().read(RW.base, &mut edge).unwrap();
+    assert_eq!(edge, [0; 8]);
+
+    let mut h = hdr(Opcode::Write, RKEY_RW, RW.base + 8, 4);
+    h.flags = flags::ACK_REQ;
+    let req = frame(&h, &[1, 2, 3, 4]);
+    assert!(answered(&run(&node, &req), &req, Status::Ok).is_empty());
+
+    let req = frame(&hdr(Opcode::Read, RKEY_RW, RW.base + 8, 1440), &[0u8; 1440]);
+    let got = answered(&run(&node, &req), &req, Status::Ok);
+    let mut want = data.clone();
+    want[..4].copy_from_slice(&[1, 2, 3, 4]);
+    assert_eq!(got, want);
+    assert_eq!(counter(&node, op_status(1, Status::Ok)), 2);
+    assert_eq!(counter(&node, op_status(2, Status::Ok)), 1);
+}
+
+#[test]
+fn writes_and_reads_cross_memory_chunk_boundaries() {
+    let node = load(&spec());
+    let chunk = netdam_common::config::MEM_CHUNK as u64;
+    for (i, start) in [chunk - 700, chunk - 1, 2 * chunk - 1439, chunk]
+        .into_iter()
+        .enumerate()
+    {
+        let data = random_bytes(1440, 10 + i as u64);
+        let mut h = hdr(Opcode::Write, RKEY_RW, start, 1440);
+        h.flags = flags::ACK_REQ;
+        let req = frame(&h, &data);
+        answered(&run(&node, &req), &req, Status::Ok);
+        let mut mem = vec![0u8; 1440];
+        node.memory().read(start, &mut mem).unwrap();
+        assert_eq!(mem, data, "write at {start:#x}");
+        // And the data path reads back what the host placed.
+        let host = random_bytes(1440, 100 + i as u64);
+        node.memory().write(start, &host).unwrap();
+        let req = frame(&hdr(Opcode::Read, RKEY_RW, start, 1440), &[0u8; 1440]);
+        assert_eq!(
+            answered(&run(&node, &req), &req, Status::Ok),
+            host,
+            "read at {start:#x}"
+        );
+    }
+}
+
+#[test]
+fn zero_length_read_and_write_are_valid() {
+    let node = load(&spec());
+    let end = RW.base + RW.size;
+    for op in [Opcode::Read, Opcode::Write] {
+        let mut h = hdr(op, RKEY_RW, end, 0);
+        h.flags = flags::ACK_REQ;
+        let req = frame(&h, &[]);
+        assert!(
+            answered(&run(&node, &req), &req, Status::Ok).is_empty(),
+            "{op:?} of 0 bytes at the region's end"
+        );
+    }
+}
+
+#[test]
+fn bounds_are_exact_to_the_byte() {
+    let node = load(&spec());
+    let end = RW.base + RW.size;
+    let cases = [
+        (RW.base, 4, Status::Ok),
+        (end - 4, 4, Status::Ok),
+        (end - 4, 5, Status::OutOfBounds),
+        (end - 3, 4, Status::OutOfBounds),
+        (RW.base - 1, 4, Status::OutOfBounds),
+        (u64::MAX - 1, 4, Status::OutOfBounds),
+    ];
+    for (addr, len, want) in cases {
+        let mut h = hdr(Opcode::Write, RKEY_RW, addr, len);
+        h.flags = flags::ACK_REQ;
+        let before = snapshot(&node);
+        let req = frame(&h, &vec![0x5A; len as usize]);
+        answered(&run(&node, &req), &req, want);
+        if want != Status::Ok {
+            assert_eq!(snapshot(&node), before, "a refused write changes no memory");
+        }
+        let req = frame(&hdr(Opcode::Read, RKEY_RW, addr, len), &vec![0; len as usize]);
+        let got = answered(&run(&node, &req), &req, want);
+        if want == Status::Ok {
+            assert_eq!(got, vec![0x5A; len as usize]);
+        }
+    }
+}
+
+/// The whole 1 MiB memory, to prove that a refused request changed nothing.
+fn snapshot(node: &netdam_user::Node) -> Vec<u8> {
+    let mut m = vec![0u8; node.memory().len()];
+    node.memory().read(0, &mut m).unwrap();
+    m
+}
+
+#[test]
+fn keys_and_permissions() {
+    let node = load(&spec());
+    let cases = [
+        (Opcode::Write, 0xBAD, RW.base, Status::BadKey),
+        (Opcode::Read, 0xBAD, RW.base, Status::BadKey),
+        (Opcode::Write, RKEY_RO, RO.base, Status::Forbidden),
+        (Opcode::Read, RKEY_RO, RO.base, Status::Ok),
+        // The region named by rkey decides, not where addr happens to fall.
+        (Opcode::Read, RKEY_RO, RW.base, Status::OutOfBounds),
+    ];
+    for (op, rkey, addr, want) in cases {
+        let mut h = hdr(op, rkey, addr, 16);
+        h.flags = flags::ACK_REQ;
+        let req = frame(&h, &[0x11; 16]);
+        let before = snapshot(&node);
+        answered(&run(&node, &req), &req, want);
+        if op == Opcode::Write {
+            assert_eq!(snapshot(&node), before);
+        }
+    }
+    assert_eq!(counter(&node, op_status(1, Status::Forbidden)), 1);
+    assert_eq!(counter(&node, op_status(2, Status::BadKey)), 1);
+}
+
+#[test]
+fn header_errors_in_protocol_order() {
+    let node = load(&spec());
+    let mut v2 = hdr(Opcode::Nop, 0, 0, 4);
+    v2.version = 2;
+    v2.opcode = 0x7F;
+    let mut bad_op = hdr(Opcode::Nop, 0, 0, 0);
+    bad_op.opcode = 0x7F;
+    let nop_len = hdr(Opcode::Nop, 0, 0, 4);
+    let mut sr_on_write = hdr(Opcode::Write, RKEY_RW, RW.base, 4);
+    sr_on_write.sr_len = 24;
+    for (h, payload, want) in [
+        (v2, vec![0; 4], Status::BadVersion),
+        (bad_op, vec![], Status::BadOpcode),
+        (nop_len, vec![0; 4], Status::BadLength),
+        (sr_on_write, vec![0; 28], Status::BadSr),
+        // A READ whose padding is missing.
+        (hdr(Opcode::Read, RKEY_RW, RW.base, 64), vec![0; 63], Status::BadLength),
+        // 20 + 8 + 32 + 1441 > MTU 1500.
+        (
+            hdr(Opcode::Read, RKEY_RW, RW.base, 1441),
+            vec![0; 1441],
+            Status::TooLarge,
+        ),
+    ] {
+        let req = frame(&h, &payload);
+        answered(&run(&node, &req), &req, want);
+    }
+}
+
+#[test]
+fn malformed_frames_are_dropped_and_counted() {
+    let node = load(&spec());
+    let mut bad_magic = hdr(Opcode::Nop, 0, 0, 0);
+    bad_magic.magic = 0xDB;
+    let o = run(&node, &frame(&bad_magic, &[]));
+    assert_eq!(o.action, XDP_DROP);
+    assert_eq!(counter(&node, Event::DropBadMagic as u32), 1);
+
+    // len larger than the datagram.
+    let o = run(&node, &frame(&hdr(Opcode::Write, RKEY_RW, RW.base, 100), &[0; 99]));
+    assert_eq!(o.action, XDP_DROP);
+    assert_eq!(counter(&node, Event::DropLenPastDatagram as u32), 1);
+
+    // Datagrams too short for the NetDAM header, with consistent lengths.
+    for n in 0..32 {
+        let f = udp_frame(
+            &CLIENT,
+            &NODE,
+            &Ipv4Opts::default(),
+            &hdr(Opcode::Nop, 0, 0, 0).to_bytes()[..n],
+        );
+        assert_eq!(run(&node, &f).action, XDP_DROP, "{n}-byte NetDAM header");
+    }
+    assert_eq!(counter(&node, Event::DropTruncated as u32), 32);
+}
+
+#[test]
+fn frames_cut_at_every_header_boundary() {
+    let node = load(&spec());
+    let full = frame(&hdr(Opcode::Write, RKEY_RW, RW.base, 8), &[7; 8]);
+    let before = snapshot(&node);
+    // BPF_PROG_TEST_RUN needs at least an Ethernet header.
+    for cut in 14..full.len() {
+        let f = &full[..cut];
+        let o = run(&node, f);
+        if cut < 14 + 20 + 8 {
+            // Not recognisable as a UDP datagram to port P: the kernel judges it.
+            passed_untouched(&o, f);
+        } else {
+            assert_eq!(o.action, XDP_DROP, "frame cut to {cut} bytes");
+        }
+    }
+    assert_eq!(snapshot(&node), before, "no cut frame wrote anything");
+    assert_eq!(counter(&node, Event::DropTruncated as u32), (full.len() - 42) as u64);
+}
+
+#[test]
+fn ipv4_options_are_dropped_from_answers() {
+    let node = load(&spec());
+    for opt_words in [1usize, 2, 10] {
+        // NOP options (1) padded with EOL (0), 4 bytes per word.
+        let mut options = vec![1u8; opt_words * 4];
+        *options.last_mut().unwrap() = 0;
+        let ip = Ipv4Opts {
+            tos: 0x28,
+            options,
+            ..Default::default()
+        };
+        let data = random_bytes(64, opt_words as u64);
+        node.memory().write(RW.base, &data).unwrap();
+        let mut h = hdr(Opcode::Read, RKEY_RW, RW.base, 64);
+        h.flags = flags::ACK_REQ;
+        let mut payload = h.to_bytes().to_vec();
+        payload.extend_from_slice(&[0; 64]);
+        let req = udp_frame(&CLIENT, &NODE, &ip, &payload);
+        let o = run(&node, &req);
+        assert_eq!(answered(&o, &req, Status::Ok), data, "{opt_words} option words");
+        assert_eq!(o.frame.len(), 14 + 20 + 8 + 32 + 64);
+    }
+}
+
+#[test]
+fn ethernet_padding_after_the_datagram_is_ignored() {
+    let node = load(&spec());
+    let mut req = frame(&hdr(Opcode::Nop, 0, 0, 0), &[]);
+    req.extend_from_slice(&[0xEE; 18]);
+    let o = run(&node, &req);
+    answered(&o, &req, Status::Ok);
+    assert_eq!(o.frame.len(), 74);
+}
+
+#[test]
+fn fragments() {
+    let node = load(&spec());
+    let payload = frame(&hdr(Opcode::Nop, 0, 0, 0), &[]);
+    let nd = &payload[42..];
+    let first = udp_frame(
+        &CLIENT,
+        &NODE,
+        &Ipv4Opts {
+            frag: 0x2000,
+            ..Default::default()
+        },
+        nd,
+    );
+    assert_eq!(run(&node, &first).action, XDP_DROP, "a first fragment to port P");
+    assert_eq!(counter(&node, Event::DropFragment as u32), 1);
+    let later = udp_frame(
+        &CLIENT,
+        &NODE,
+        &Ipv4Opts {
+            frag: 0x2000 | 185,
+            ..Default::default()
+        },
+        nd,
+    );
+    passed_untouched(&run(&node, &later), &later);
+    let last = udp_frame(
+        &CLIENT,
+        &NODE,
+        &Ipv4Opts {
+            frag: 185,
+            ..Default::default()
+        },
+        nd,
+    );
+    passed_untouched(&run(&node, &last), &last);
+    let other_port = Endpoint { port: 53, ..NODE };
+    let first_other = udp_frame(
+        &CLIENT,
+        &other_port,
+        &Ipv4Opts {
+            frag: 0x2000,
+            ..Default::default()
+        },
+        nd,
+    );
+    passed_untouched(&run(&node, &first_other), &first_other);
+}
+
+#[test]
+fn udp_checksums() {
+    let mut good = frame(&hdr(Opcode::Nop, 0, 0, 0), &[]);
+    let mut bad = good.clone();
+    bad[40] ^= 0x55;
+    let mut zero = good.clone();
+    zero[40] = 0;
+    zero[41] = 0;
+    // Off by default: a wrong checksum is not looked at.
+    let node = load(&spec());
+    answered(&run(&node, &bad), &bad, Status::Ok);
+    drop(node);
+
+    let node = load(&netdam_user::NodeSpec {
+        verify_csum: true,
+        ..spec()
+    });
+    answered(&run(&node, &good), &good, Status::Ok);
+    answered(&run(&node, &zero), &zero, Status::Ok);
+    assert_eq!(run(&node, &bad).action, XDP_DROP);
+    assert_eq!(counter(&node, Event::DropBadChecksum as u32), 1);
+    // Odd payload lengths and payloads longer than one 512-byte summing step.
+    for n in [1usize, 3, 511, 513, 1400] {
+        let mut h = hdr(Opcode::Write, RKEY_RW, RW.base, n as u16);
+        h.flags = flags::ACK_REQ;
+        good = frame(&h, &random_bytes(n, n as u64));
+        answered(&run(&node, &good), &good, Status::Ok);
+        bad = good.clone();
+        *bad.last_mut().unwrap() ^= 1;
+        assert_eq!(run(&node, &bad).action, XDP_DROP, "{n}-byte payload, one bit flipped");
+    }
+}
+
+#[test]
+fn sources_never_answered_and_peers() {
+    let node = load(&spec());
+    for src in [
+        Ipv4Addr::new(127, 0, 0, 1),
+        Ipv4Addr::new(0, 1, 2, 3),
+        Ipv4Addr::new(224, 0, 0, 1),
+        Ipv4Addr::BROADCAST,
+    ] {
+        let from = Endpoint { ip: src, ..CLIENT };
+        let f = netdam_frame(&from, &NODE, &hdr(Opcode::Nop, 0, 0, 0), &[]);
+        assert_eq!(run(&node, &f).action, XDP_DROP, "source {src}");
+    }
+    assert_eq!(counter(&node, Event::DropBadSource as u32), 4);
+    drop(node);
+
+    let node = load(&netdam_user::NodeSpec {
+        peers: vec![CLIENT.ip],
+        ..spec()
+    });
+    let f = frame(&hdr(Opcode::Nop, 0, 0, 0), &[]);
+    answered(&run(&node, &f), &f, Status::Ok);
+    let stranger = Endpoint {
+        ip: Ipv4Addr::new(198, 18, 0, 99),
+        ..CLIENT
+    };
+    let f = netdam_frame(&stranger, &NODE, &hdr(Opcode::Write, RKEY_RW, RW.base, 4), &[9; 4]);
+    let before = snapshot(&node);
+    assert_eq!(run(&node, &f).action, XDP_DROP);
+    assert_eq!(snapshot(&node), before);
+    assert_eq!(counter(&node, Event::DropNotPeer as u32), 1);
+}
+
+#[test]
+fn responses_go_to_the_host() {
+    let node = load(&spec());
+    let mut h = hdr(Opcode::Write, RKEY_RW, RW.base, 4);
+    h.flags = flags::RESP;
+    let f = frame(&h, &[1; 4]);
+    let before = snapshot(&node);
+    passed_untouched(&run(&node, &f), &f);
+    assert_eq!(snapshot(&node), before, "a RESP packet is never executed");
+    assert_eq!(counter(&node, Event::PassResponse as u32), 1);
+}
+
+#[test]
+fn traffic_that_is_not_netdam_passes_byte_identical() {
+    let node = load(&spec());
+    let nd = hdr(Opcode::Nop, 0, 0, 0).to_bytes();
+    let mut frames: Vec<(&str, Vec<u8>)> = Vec::new();
+    // ARP request.
+    let mut arp = vec![0xFF; 6];
+    arp.extend_from_slice(&CLIENT.mac);
+    arp.extend_from_slice(&[0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
+    arp.extend_from_slice(&CLIENT.mac);
+    arp.extend_from_slice(&CLIENT.ip.octets());
+    arp.extend_from_slice(&[0; 6]);
+    arp.extend_from_slice(&NODE.ip.octets());
+    frames.push(("ARP", arp));
+    // ICMP echo and TCP to port P: IPv4 with another protocol.
+    for (name, proto) in [("ICMP", 1u8), ("TCP", 6u8)] {
+        let mut f = udp_frame(&CLIENT, &NODE, &Ipv4Opts::default(), &nd);
+        f[23] = proto;
+        frames.push((name, f));
+    }
+    frames.push((
+        "UDP to another port",
+        udp_frame(&CLIENT, &Endpoint { port: 4794, ..NODE }, &Ipv4Opts::default(), &nd),
+    ));
+    frames.push((
+        "UDP to another IP",
+        udp_frame(
+            &CLIENT,
+            &Endpoint {
+                ip: Ipv4Addr::new(198, 18, 0, 7),
+                ..NODE
+            },
+            &Ipv4Opts::default(),
+            &nd,
+        ),
+    ));
+    frames.push((
+        "UDP to another MAC",
+        udp_frame(
+            &CLIENT,
+            &Endpoint {
+                mac: [2, 0, 0, 0, 0, 9],
+                ..NODE
+            },
+            &Ipv4Opts::default(),
+            &nd,
+        ),
+    ));
+    frames.push((
+        "broadcast MAC",
+        udp_frame(&CLIENT, &Endpoint { mac: [0xFF; 6], ..NODE }, &Ipv4Opts::default(), &nd),
+    ));
+    // IPv6 UDP to port P.
+    let mut v6 = NODE.mac.to_vec();
+    v6.extend_from_slice(&CLIENT.mac);
+    v6.extend_from_slice(&[0x86, 0xDD, 0x60, 0, 0, 0, 0, 40, 17, 64]);
+    v6.extend_from_slice(&[0xFE, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+    v6.extend_from_slice(&[0xFE, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+    v6.extend_from_slice(&[0x9C, 0x40, (DEFAULT_PORT >> 8) as u8, DEFAULT_PORT as u8, 0, 40, 0, 0]);
+    v6.extend_from_slice(&nd);
+    frames.push(("IPv6", v6));
+    // VLAN-tagged IPv4 NetDAM: not parsed, passed.
+    let plain = frame(&hdr(Opcode::Nop, 0, 0, 0), &[]);
+    let mut vlan = plain[..12].to_vec();
+    vlan.extend_from_slice(&[0x81, 0x00, 0x00, 0x05]);
+    vlan.extend_from_slice(&plain[12..]);
+    frames.push(("VLAN", vlan));
+    for (name, f) in &frames {
+        let o = run(&node, f);
+        assert_eq!(o.action, XDP_PASS, "{name}");
+        assert_eq!(&o.frame, f, "{name} must pass byte-identical");
+    }
+    assert!(
+        node.counters().unwrap().iter().all(|c| *c == 0),
+        "nothing of that is counted"
+    );
 }

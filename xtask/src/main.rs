@@ -1,1 +1,157 @@
-fn main() {}
+//! `cargo xtask`: set up the machine, build, run, and test NetDAM-XDP.
+
+mod setup;
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{bail, Context as _, Result};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "Set up, build, run and test NetDAM-XDP")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Install what is missing: nightly rust-src, bpf-linker, iproute2; mount bpffs; raise RLIMIT_MEMLOCK.
+    Setup,
+    /// Set up, then build the XDP program and the netdam binary (release).
+    Build,
+    /// Set up, build, then show NetDAM on a 3-node testbed; or with `-- --iface IF [--mode M] ...`
+    /// serve on a real NIC until Ctrl-C (every argument after `--` goes to `netdam serve`).
+    Run {
+        #[arg(last = true)]
+        serve_args: Vec<String>,
+    },
+    /// Build or remove the namespace testbed (`netdam testbed`).
+    Testbed {
+        #[command(subcommand)]
+        cmd: TestbedCmd,
+    },
+    /// Set up, build, run every test: host unit tests, then (as root) the XDP program
+    /// through BPF_PROG_TEST_RUN and the integration tests on the testbed.
+    Test {
+        /// Run only the host unit tests (tier 1), which need no root.
+        #[arg(long)]
+        unprivileged: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum TestbedCmd {
+    Up {
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        #[arg(long, default_value_t = 1500)]
+        mtu: u32,
+    },
+    Down,
+}
+
+fn main() {
+    if let Err(e) = run(Cli::parse()) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let root = workspace_root();
+    match cli.cmd {
+        Cmd::Setup => setup::run(),
+        Cmd::Build => {
+            setup::run()?;
+            build(&root)
+        }
+        Cmd::Run { serve_args } => {
+            setup::run()?;
+            build(&root)?;
+            let netdam = netdam_bin(&root);
+            setup::require_root("cargo xtask run")?;
+            if serve_args.is_empty() {
+                cmd(Command::new(&netdam).args(["testbed", "demo", "--nodes", "3"]))
+            } else {
+                cmd(Command::new(&netdam).arg("serve").args(&serve_args))
+            }
+        }
+        Cmd::Testbed { cmd: tb } => {
+            setup::run()?;
+            build(&root)?;
+            setup::require_root("cargo xtask testbed")?;
+            let netdam = netdam_bin(&root);
+            match tb {
+                TestbedCmd::Up { nodes, mtu } => cmd(Command::new(&netdam).args([
+                    "testbed",
+                    "up",
+                    "--nodes",
+                    &nodes.to_string(),
+                    "--mtu",
+                    &mtu.to_string(),
+                ])),
+                TestbedCmd::Down => cmd(Command::new(&netdam).args(["testbed", "down"])),
+            }
+        }
+        Cmd::Test { unprivileged } => test(&root, unprivileged),
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask sits in the workspace")
+        .to_path_buf()
+}
+
+fn netdam_bin(root: &Path) -> PathBuf {
+    root.join("target/release/netdam")
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+}
+
+/// Runs a command, failing with its name if it fails.
+fn cmd(c: &mut Command) -> Result<()> {
+    let status = c.status().with_context(|| format!("starting {c:?}"))?;
+    if !status.success() {
+        bail!("{c:?} failed ({status})");
+    }
+    Ok(())
+}
+
+fn build(root: &Path) -> Result<()> {
+    println!("==> building the XDP program and the netdam binary");
+    cmd(cargo()
+        .current_dir(root)
+        .args(["build", "--release", "--package", "netdam-user", "--bins"]))
+}
+
+fn test(root: &Path, unprivileged: bool) -> Result<()> {
+    setup::run()?;
+    build(root)?;
+    println!("==> tier 1: host unit tests (no root)");
+    cmd(cargo().current_dir(root).args(["test", "--release", "--workspace"]))?;
+    if unprivileged {
+        println!("tiers 2 and 3 skipped (--unprivileged)");
+        return Ok(());
+    }
+    if !setup::is_root() {
+        bail!(
+            "tiers 2 (the XDP program via BPF_PROG_TEST_RUN) and 3 (the namespace testbed) need root: \
+             run `sudo -E cargo xtask test`, or `cargo xtask test --unprivileged` for tier 1 only"
+        );
+    }
+    println!("==> tiers 2 and 3: the XDP program in the kernel, and the testbed (root)");
+    cmd(cargo().current_dir(root).env("NETDAM_BIN", netdam_bin(root)).args([
+        "test",
+        "--release",
+        "--package",
+        "netdam-tests",
+    ]))
+}

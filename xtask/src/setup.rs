@@ -1,0 +1,141 @@
+//! `cargo xtask setup`: every tool and kernel facility the build and the
+//! tests need, installed or switched on if missing, quickly when present.
+
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context as _, Result};
+
+/// The bpf-linker whose LLVM matches the pinned nightly's.
+const BPF_LINKER_VERSION: &str = "0.10.4";
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+pub fn require_root(what: &str) -> Result<()> {
+    if !is_root() {
+        bail!("{what} loads XDP programs and makes network namespaces: run it as root (sudo -E {what})");
+    }
+    Ok(())
+}
+
+fn output(program: &str, args: &[&str]) -> Option<String> {
+    let out = Command::new(program).args(args).stderr(Stdio::null()).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn step(what: &str, program: &str, args: &[&str], how: &str) -> Result<()> {
+    println!("    {what}: {program} {}", args.join(" "));
+    let status = Command::new(program)
+        .args(args)
+        .status()
+        .with_context(|| format!("{what}: cannot start {program}; {how}"))?;
+    if !status.success() {
+        bail!("{what} failed ({status}); {how}");
+    }
+    Ok(())
+}
+
+pub fn run() -> Result<()> {
+    println!("==> setup");
+    let toolchains = output("rustup", &["toolchain", "list"])
+        .context("rustup is missing: install Rust with rustup (https://rustup.rs) first")?;
+    if !toolchains.lines().any(|l| l.starts_with("nightly")) {
+        step(
+            "nightly toolchain",
+            "rustup",
+            &[
+                "toolchain",
+                "install",
+                "nightly",
+                "--profile",
+                "minimal",
+                "--component",
+                "rust-src",
+            ],
+            "the eBPF crate builds with nightly's -Z build-std",
+        )?;
+    }
+    let components = output(
+        "rustup",
+        &["component", "list", "--toolchain", "nightly", "--installed"],
+    )
+    .unwrap_or_default();
+    if !components.lines().any(|l| l.starts_with("rust-src")) {
+        step(
+            "nightly rust-src",
+            "rustup",
+            &["component", "add", "rust-src", "--toolchain", "nightly"],
+            "-Z build-std=core needs the core sources",
+        )?;
+    }
+    let linker = output("bpf-linker", &["--version"]).unwrap_or_default();
+    if !linker.contains(BPF_LINKER_VERSION) {
+        step(
+            "bpf-linker",
+            "cargo",
+            &["install", "bpf-linker", "--version", BPF_LINKER_VERSION, "--locked"],
+            "bpf-linker links the eBPF object (its LLVM must match nightly's); about 2 minutes",
+        )?;
+    }
+    if output("ip", &["-V"]).is_none() {
+        if !is_root() {
+            bail!("`ip` (iproute2) is missing: apt-get install iproute2");
+        }
+        step(
+            "iproute2",
+            "apt-get",
+            &["install", "-y", "iproute2"],
+            "install iproute2 by hand",
+        )?;
+    }
+    if is_root() {
+        let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+        if !mounts
+            .lines()
+            .any(|l| l.split_whitespace().nth(1) == Some("/sys/fs/bpf") && l.split_whitespace().nth(2) == Some("bpf"))
+        {
+            step(
+                "bpffs",
+                "mount",
+                &["-t", "bpf", "bpf", "/sys/fs/bpf"],
+                "the kernel needs CONFIG_BPF_SYSCALL",
+            )?;
+        }
+        raise_memlock();
+    }
+    println!(
+        "    ok: nightly + rust-src, bpf-linker {BPF_LINKER_VERSION}, iproute2{}",
+        if is_root() {
+            ", bpffs, memlock"
+        } else {
+            " (not root: bpffs and memlock left as they are)"
+        }
+    );
+    Ok(())
+}
+
+/// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; children inherit
+/// the raised limit. Without CAP_SYS_RESOURCE the soft limit goes up to the hard one.
+fn raise_memlock() {
+    let mut lim = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: valid rlimit structs.
+    unsafe {
+        if libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) == 0 || libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) != 0 {
+            return;
+        }
+        lim.rlim_cur = lim.rlim_max;
+        if libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) != 0 {
+            eprintln!(
+                "    warning: cannot raise RLIMIT_MEMLOCK: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
