@@ -41,7 +41,7 @@ impl Default for Ipv4Opts {
 /// An Ethernet II + IPv4 + UDP frame with correct IPv4 and UDP checksums.
 pub fn udp_frame(src: &Endpoint, dst: &Endpoint, ip: &Ipv4Opts, payload: &[u8]) -> Vec<u8> {
     assert!(
-        ip.options.len() % 4 == 0 && ip.options.len() <= 40,
+        ip.options.len().is_multiple_of(4) && ip.options.len() <= 40,
         "IPv4 options must be 0..=40 bytes, a multiple of 4"
     );
     let ihl = 5 + ip.options.len() / 4;

@@ -82,7 +82,7 @@ pub fn check_header(h: &NetdamHdr, mtu: u32, avail: u32) -> Result<Checked, Stat
         _ => 1,
     };
     let addr_low = h.addr() as u32;
-    if addr_low % align != 0 || (vector.is_some() && len % align != 0) {
+    if !addr_low.is_multiple_of(align) || (vector.is_some() && !len.is_multiple_of(align)) {
         return Err(Status::Misaligned);
     }
     Ok(Checked {
@@ -98,7 +98,7 @@ pub fn check_header(h: &NetdamHdr, mtu: u32, avail: u32) -> Result<Checked, Stat
 #[inline(always)]
 pub fn check_sr_len(op: Opcode, sr_len: u8) -> Result<(), Status> {
     let ok = match op {
-        Opcode::Chain => sr_len % 8 == 0 && (SR_MIN..=SR_MAX).contains(&sr_len),
+        Opcode::Chain => sr_len.is_multiple_of(8) && (SR_MIN..=SR_MAX).contains(&sr_len),
         _ => sr_len == 0,
     };
     if ok {

@@ -159,6 +159,8 @@ macro_rules! be_field {
     };
 }
 
+// `len` is the wire field of that name, not a container length.
+#[allow(clippy::len_without_is_empty)]
 impl NetdamHdr {
     /// A version-1 request with every other field zero.
     pub const fn request(opcode: Opcode) -> Self {

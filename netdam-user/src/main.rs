@@ -5,9 +5,9 @@ use std::{net::Ipv4Addr, path::PathBuf, process::ExitCode, time::Duration};
 use anyhow::{bail, Context as _, Result};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use netdam_common::{config::MEM_CHUNK, wire::DEFAULT_PORT, Region};
+use netdam_common::{wire::DEFAULT_PORT, Region};
 use netdam_user::{
-    args::{parse_number, parse_region, parse_rkey, parse_size, perm_letters},
+    args::{parse_region, parse_rkey, parse_size, perm_letters},
     controller::{pins, AttachMode, Interface, Node, NodeSpec},
     stats::Stats,
     testbed::Testbed,
@@ -165,8 +165,8 @@ struct WriteArgs {
     /// Key of the region to write into.
     #[arg(long, value_parser = parse_rkey)]
     rkey: u32,
-    /// Byte address in the node's NetDAM memory.
-    #[arg(long, value_parser = parse_number)]
+    /// Byte address in the node's NetDAM memory (decimal, 0x-hex, or with a unit like 4MiB).
+    #[arg(long, value_parser = parse_size)]
     addr: u64,
     /// File whose bytes to write.
     #[arg(long)]
@@ -180,8 +180,8 @@ struct ReadArgs {
     /// Key of the region to read from.
     #[arg(long, value_parser = parse_rkey)]
     rkey: u32,
-    /// Byte address in the node's NetDAM memory.
-    #[arg(long, value_parser = parse_number)]
+    /// Byte address in the node's NetDAM memory (decimal, 0x-hex, or with a unit like 4MiB).
+    #[arg(long, value_parser = parse_size)]
     addr: u64,
     /// Bytes to read, e.g. 4096 or 64MiB.
     #[arg(long, value_parser = parse_size)]
@@ -275,13 +275,6 @@ async fn serve(a: ServeArgs) -> Result<()> {
             a.iface
         ),
     };
-    if a.mem_size % MEM_CHUNK as u64 != 0 {
-        bail!(
-            "--mem-size {} is not a multiple of 64KiB; try {}KiB",
-            a.mem_size,
-            a.mem_size.div_ceil(1024).next_multiple_of(64)
-        );
-    }
     if a.regions.is_empty() {
         log::warn!("no --region given: every request but NOP will be answered BAD_KEY");
     }

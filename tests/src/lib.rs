@@ -13,3 +13,26 @@ pub fn require_root() {
         );
     }
 }
+
+/// A testbed prefix no other test (or test binary) uses at the same time.
+pub fn unique_prefix() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let letter = (b'a' + (n % 26) as u8) as char;
+    format!("t{}{}", std::process::id() % 100_000, letter)
+}
+
+/// The netdam binary under test: $NETDAM_BIN (set by `cargo xtask test`),
+/// else the workspace's release build.
+pub fn netdam_bin() -> std::path::PathBuf {
+    let p = std::env::var_os("NETDAM_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/release/netdam"));
+    assert!(
+        p.exists(),
+        "{} is missing: build it with `cargo xtask build` (or run `cargo xtask test`)",
+        p.display()
+    );
+    p
+}

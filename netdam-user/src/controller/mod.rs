@@ -51,8 +51,10 @@ pub enum ControllerError {
     UnknownInterface(String),
     #[error("interface {0} has no IPv4 address: give the node one (`ip addr add ... dev {0}`) or pass --ip")]
     NoIpv4(String),
-    #[error("--mem-size {0} is not valid: it must be a multiple of 64 KiB between 64 KiB and 2 GiB")]
-    MemSize(u64),
+    #[error(
+        "--mem-size {given} is not valid: it must be a multiple of 64KiB between 64KiB and 2GiB (e.g. {nearest}KiB)"
+    )]
+    MemSize { given: u64, nearest: u64 },
     #[error("region {rkey:#x} [{base:#x}, +{size:#x}) does not lie inside the {mem_size}-byte NetDAM memory")]
     RegionOutside {
         rkey: u32,
@@ -80,7 +82,7 @@ pub enum ControllerError {
         iface: String,
         mode: &'static str,
         hint: &'static str,
-        source: ProgramError,
+        source: Box<ProgramError>,
     },
     #[error("NetDAM memory range [{addr:#x}, +{len}) is outside the {size}-byte memory")]
     MemoryRange { addr: u64, len: usize, size: usize },
@@ -89,7 +91,7 @@ pub enum ControllerError {
     #[error("map {0}: {1}")]
     Map(&'static str, #[source] aya::maps::MapError),
     #[error(transparent)]
-    Ebpf(#[from] aya::EbpfError),
+    Ebpf(Box<aya::EbpfError>),
 }
 
 /// How to attach: `auto` tries native (driver) XDP and falls back to generic.
@@ -135,8 +137,9 @@ impl NodeSpec {
 
     fn check(&self) -> Result<(), ControllerError> {
         let m = self.mem_size;
-        if m == 0 || m % MEM_CHUNK as u64 != 0 || m > MEM_MAX {
-            return Err(ControllerError::MemSize(m));
+        if m == 0 || !m.is_multiple_of(MEM_CHUNK as u64) || m > MEM_MAX {
+            let nearest = m.clamp(MEM_CHUNK as u64, MEM_MAX).next_multiple_of(MEM_CHUNK as u64) >> 10;
+            return Err(ControllerError::MemSize { given: m, nearest });
         }
         for (rkey, r) in &self.regions {
             if r.base.checked_add(r.size).is_none_or(|end| end > m) {
@@ -187,7 +190,9 @@ impl Node {
         for (name, path) in &paths {
             loader.map_pin_path(name, path.as_path());
         }
-        let mut ebpf = loader.load(NETDAM_XDP)?;
+        let mut ebpf = loader
+            .load(NETDAM_XDP)
+            .map_err(|e| ControllerError::Ebpf(Box::new(e)))?;
         let logger = match aya_log::EbpfLogger::init(&mut ebpf) {
             Ok(l) => Some(l),
             Err(e) => {
@@ -282,10 +287,10 @@ impl Node {
             .expect("xdp");
         let attempt = |prog: &mut Xdp, m: XdpMode, name: &'static str, hint: &'static str| {
             prog.attach(iface, m).map_err(|source| ControllerError::Attach {
+                source: Box::new(source),
                 iface: iface.to_string(),
                 mode: name,
                 hint,
-                source,
             })
         };
         const NATIVE_HINT: &str =
@@ -318,7 +323,7 @@ impl Node {
                 iface,
                 mode: "detach",
                 hint: "",
-                source,
+                source: Box::new(source),
             })?;
         }
         Ok(())
@@ -418,4 +423,62 @@ fn load_error(e: ProgramError) -> ControllerError {
     let lines: Vec<&str> = detail.lines().collect();
     let detail = lines[lines.len().saturating_sub(40)..].join("\n");
     ControllerError::Load { hint, detail }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netdam_common::region::perm;
+
+    fn spec(mem_size: u64, regions: Vec<(u32, Region)>) -> NodeSpec {
+        NodeSpec {
+            port: 4793,
+            mem_size,
+            mac: [2, 0, 0, 0, 0, 1],
+            ipv4: Ipv4Addr::new(198, 18, 0, 1),
+            mtu: 1500,
+            regions,
+            peers: vec![Ipv4Addr::new(198, 18, 0, 2)],
+            verify_csum: true,
+        }
+    }
+
+    #[test]
+    fn mem_size_and_regions_are_checked() {
+        let r = |base, size| Region {
+            base,
+            size,
+            perms: perm::ALL,
+            _reserved: 0,
+        };
+        assert!(spec(64 << 20, vec![(1, r(0, 64 << 20))]).check().is_ok());
+        assert!(matches!(
+            spec(0, vec![]).check(),
+            Err(ControllerError::MemSize { nearest: 64, .. })
+        ));
+        assert!(matches!(
+            spec(100_000, vec![]).check(),
+            Err(ControllerError::MemSize { nearest: 128, .. })
+        ));
+        assert!(matches!(
+            spec(4 << 30, vec![]).check(),
+            Err(ControllerError::MemSize { .. })
+        ));
+        assert!(matches!(
+            spec(1 << 20, vec![(7, r(1 << 20, 1))]).check(),
+            Err(ControllerError::RegionOutside { rkey: 7, .. })
+        ));
+        assert!(matches!(
+            spec(1 << 20, vec![(7, r(u64::MAX, 2))]).check(),
+            Err(ControllerError::RegionOutside { .. })
+        ));
+    }
+
+    #[test]
+    fn config_carries_flags_and_network_order() {
+        let c = spec(1 << 20, vec![]).config();
+        assert_eq!(c.ipv4_be.to_ne_bytes(), [198, 18, 0, 1]);
+        assert_eq!(c.flags, cfg_flags::VERIFY_CSUM | cfg_flags::PEERS_ONLY);
+        assert_eq!(c.port, 4793);
+    }
 }

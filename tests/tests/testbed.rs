@@ -1,0 +1,362 @@
+//! Tier 3: NetDAM nodes serving on the namespace testbed, driven with the
+//! `netdam` command from other test hosts.
+
+use std::{net::UdpSocket, process::Output, time::Duration};
+
+use netdam_tests::{netdam_bin, require_root, unique_prefix};
+use netdam_user::testbed::{Served, Testbed};
+
+const REGION: &str = "0x1234:0:64MiB:rwam";
+
+fn testbed(nodes: usize) -> Testbed {
+    require_root();
+    Testbed::up(&unique_prefix(), nodes, 1500).expect("testbed up")
+}
+
+fn serve(tb: &Testbed, i: usize, mem: &str) -> Served {
+    let args: Vec<String> = ["--mem-size", mem, "--region", REGION, "--mode", "native"]
+        .map(String::from)
+        .to_vec();
+    tb.serve(i, &netdam_bin(), &args).expect("netdam serve")
+}
+
+/// Runs `netdam ARGS` in host `i`.
+fn netdam(tb: &Testbed, i: usize, args: &[&str]) -> Output {
+    tb.command(i, netdam_bin())
+        .unwrap()
+        .args(args)
+        .output()
+        .expect("run netdam")
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "netdam failed: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn xdp_attached(tb: &Testbed, i: usize) -> bool {
+    let o = std::process::Command::new("ip")
+        .args(["-n", &tb.hosts[i].netns, "link", "show", "eth0"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).contains("xdp")
+}
+
+#[test]
+fn every_node_pings_every_node() {
+    let tb = testbed(3);
+    let _served: Vec<Served> = (0..3).map(|i| serve(&tb, i, "64MiB")).collect();
+    for i in 0..3 {
+        for j in 0..3 {
+            if i != j {
+                let out = ok(&netdam(
+                    &tb,
+                    i,
+                    &["ping", "--node", &tb.hosts[j].ip.to_string(), "--count", "2"],
+                ));
+                assert!(out.contains("2 answered"), "{i} -> {j}: {out}");
+            }
+        }
+    }
+}
+
+#[test]
+fn sixty_four_mib_written_and_read_back_byte_exact() {
+    let tb = testbed(2);
+    let served = serve(&tb, 0, "128MiB");
+    let dir = std::env::temp_dir().join(format!("netdam-{}", tb.prefix));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("in.bin");
+    let output = dir.join("out.bin");
+    let data: Vec<u8> = (0..64 << 20).map(|_| rand_byte()).collect();
+    std::fs::write(&input, &data).unwrap();
+    let node = tb.hosts[0].ip.to_string();
+    ok(&netdam(
+        &tb,
+        1,
+        &[
+            "write",
+            "--node",
+            &node,
+            "--rkey",
+            "0x1234",
+            "--addr",
+            "0",
+            "--file",
+            input.to_str().unwrap(),
+        ],
+    ));
+    ok(&netdam(
+        &tb,
+        1,
+        &[
+            "read",
+            "--node",
+            &node,
+            "--rkey",
+            "0x1234",
+            "--addr",
+            "0",
+            "--len",
+            "64MiB",
+            "--out",
+            output.to_str().unwrap(),
+        ],
+    ));
+    let back = std::fs::read(&output).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(back == data, "the 64 MiB read back differ from what was written");
+    let stats = ok(&netdam(
+        &tb,
+        0,
+        &["stats", "--pin-dir", tb.hosts[0].pin_dir.to_str().unwrap(), "--json"],
+    ));
+    let v: serde_json::Value = serde_json::from_str(&stats).unwrap();
+    let writes = v["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["op"] == "WRITE" && r["status"] == "OK")
+        .unwrap();
+    assert!(
+        writes["count"].as_u64().unwrap() >= (64 << 20) / 1440,
+        "every WRITE counted"
+    );
+    assert!(served.stop(), "serve exits cleanly on SIGTERM");
+}
+
+fn rand_byte() -> u8 {
+    use std::cell::Cell;
+    thread_local!(static X: Cell<u64> = const { Cell::new(0x9E37_79B9_7F4A_7C15) });
+    X.with(|x| {
+        let mut v = x.get();
+        v ^= v << 13;
+        v ^= v >> 7;
+        v ^= v << 17;
+        x.set(v);
+        (v >> 24) as u8
+    })
+}
+
+#[test]
+fn restart_keeps_memory_and_counters_and_detaches_cleanly() {
+    let tb = testbed(2);
+    let dir = std::env::temp_dir().join(format!("netdam-{}", tb.prefix));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("in.bin");
+    let data: Vec<u8> = (0..100_000).map(|_| rand_byte()).collect();
+    std::fs::write(&input, &data).unwrap();
+    let node = tb.hosts[0].ip.to_string();
+    let first = serve(&tb, 0, "64MiB");
+    assert!(xdp_attached(&tb, 0));
+    ok(&netdam(
+        &tb,
+        1,
+        &[
+            "write",
+            "--node",
+            &node,
+            "--rkey",
+            "0x1234",
+            "--addr",
+            "4096",
+            "--file",
+            input.to_str().unwrap(),
+        ],
+    ));
+    assert!(first.stop(), "clean exit on SIGTERM");
+    assert!(!xdp_attached(&tb, 0), "SIGTERM detaches the program");
+
+    let second = serve(&tb, 0, "64MiB");
+    assert!(
+        second.log().contains("reusing the pinned NetDAM memory"),
+        "{}",
+        second.log()
+    );
+    let out = dir.join("out.bin");
+    ok(&netdam(
+        &tb,
+        1,
+        &[
+            "read",
+            "--node",
+            &node,
+            "--rkey",
+            "0x1234",
+            "--addr",
+            "4096",
+            "--len",
+            "100000",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    ));
+    assert!(std::fs::read(&out).unwrap() == data, "memory survived the restart");
+    let stats = ok(&netdam(
+        &tb,
+        0,
+        &["stats", "--pin-dir", tb.hosts[0].pin_dir.to_str().unwrap()],
+    ));
+    assert!(
+        stats.contains("WRITE") && stats.contains("READ"),
+        "counters survived: {stats}"
+    );
+    drop(second);
+
+    // Another --mem-size does not silently reuse or discard the old memory.
+    let bad = tb
+        .command(0, netdam_bin())
+        .unwrap()
+        .args([
+            "serve",
+            "--iface",
+            "eth0",
+            "--mem-size",
+            "32MiB",
+            "--pin-dir",
+            tb.hosts[0].pin_dir.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("pinned map") && err.contains("netdam unpin"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn ordinary_udp_service_keeps_working_beside_netdam() {
+    let tb = testbed(2);
+    let _served = serve(&tb, 0, "64MiB");
+    let echo_addr = format!("{}:7007", tb.hosts[0].ip);
+    let bound = echo_addr.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let netns = tb.hosts[0].netns.clone();
+    let echo = std::thread::spawn(move || {
+        netdam_user::testbed::in_netns(&netns, move || {
+            let s = UdpSocket::bind(&bound).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            tx.send(()).unwrap();
+            let mut buf = [0u8; 2048];
+            for _ in 0..20 {
+                let (n, from) = s.recv_from(&mut buf).unwrap();
+                s.send_to(&buf[..n], from).unwrap();
+            }
+        })
+        .unwrap()
+    });
+    rx.recv().unwrap();
+    tb.in_host(1, move || {
+        let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        for i in 0..20u32 {
+            let msg = format!("echo {i} {}", "x".repeat(i as usize * 50));
+            s.send_to(msg.as_bytes(), &echo_addr).unwrap();
+            let mut buf = [0u8; 2048];
+            let n = s.recv(&mut buf).expect("the echo answers while NetDAM is attached");
+            assert_eq!(&buf[..n], msg.as_bytes());
+        }
+    })
+    .unwrap();
+    echo.join().unwrap();
+}
+
+#[test]
+fn client_errors_are_specific_and_exit_codes_differ() {
+    let tb = testbed(2);
+    let _served = serve(&tb, 0, "64MiB");
+    let node = tb.hosts[0].ip.to_string();
+    let out = std::env::temp_dir().join(format!("netdam-{}-x", tb.prefix));
+    // Refused: a key no region has.
+    let o = netdam(
+        &tb,
+        1,
+        &[
+            "read",
+            "--node",
+            &node,
+            "--rkey",
+            "0x99",
+            "--addr",
+            "0",
+            "--len",
+            "16",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(4));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("BAD_KEY") && err.contains("--rkey"), "{err}");
+    // Refused: past the region.
+    let o = netdam(
+        &tb,
+        1,
+        &[
+            "read",
+            "--node",
+            &node,
+            "--rkey",
+            "0x1234",
+            "--addr",
+            "64MiB",
+            "--len",
+            "1",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("OUT_OF_BOUNDS"));
+    // No answer: host 1 runs no node.
+    let o = netdam(
+        &tb,
+        0,
+        &[
+            "ping",
+            "--node",
+            &tb.hosts[1].ip.to_string(),
+            "--timeout-ms",
+            "50",
+            "--retries",
+            "1",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no answer after 2 attempt(s)"));
+    // A bad argument says what would be right.
+    let o = netdam(&tb, 1, &["serve", "--iface", "eth0", "--region", "1:0:4MiB:rq"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("r=READ w=WRITE a=ATOMIC m=MSG"));
+    let _ = std::fs::remove_file(out);
+}
+
+#[test]
+fn testbed_down_removes_everything_it_made() {
+    require_root();
+    let prefix = unique_prefix();
+    let tb = Testbed::up(&prefix, 3, 1500).unwrap();
+    let pins = std::path::Path::new("/sys/fs/bpf/netdam-testbed").join(&prefix);
+    assert!(pins.exists());
+    let names = |p: &str| -> Vec<String> {
+        std::fs::read_dir("/run/netns")
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with(p))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(names(&prefix).len(), 4);
+    drop(tb);
+    assert!(names(&prefix).is_empty(), "namespaces left: {:?}", names(&prefix));
+    assert!(!pins.exists());
+    // Idempotent, also when nothing is there.
+    Testbed::down(&prefix).unwrap();
+}
