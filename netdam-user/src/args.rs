@@ -38,11 +38,11 @@ pub fn parse_rkey(s: &str) -> Result<u32, ArgError> {
 /// Bytes with an optional unit: B, K/KiB, M/MiB, G/GiB (powers of 1024), KB/MB/GB (powers of 1000).
 pub fn parse_size(s: &str) -> Result<u64, ArgError> {
     let t = s.trim();
-    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    if num.starts_with("0x") {
+    if t.starts_with("0x") || t.starts_with("0X") {
         return parse_number(t).map_err(|_| ArgError::Size(s.to_string()));
     }
+    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
     let mult: u64 = match unit.to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kib" => 1 << 10,
