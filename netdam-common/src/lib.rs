@@ -5,6 +5,7 @@
 //! (frame building, `aya::Pod` impls) are behind the `std` and `user` features.
 #![cfg_attr(not(feature = "std"), no_std)]
 
+pub mod alu;
 pub mod config;
 pub mod counters;
 pub mod region;
