@@ -36,6 +36,8 @@ pub fn netdam(ctx: XdpContext) -> u32 {
         }
         Err(Verdict::Drop(e)) => {
             maps::count_event(e);
+            // Off unless RUST_LOG asks for debug (the controller sets aya-log's level at load).
+            aya_log_ebpf::debug!(&ctx, "frame dropped: {}", e.name());
             xdp_action::XDP_DROP
         }
     }

@@ -323,8 +323,20 @@ impl Testbed {
     /// Starts `netdam serve --iface eth0 --pin-dir <host's> ARGS` in host `i`
     /// and waits until it serves.
     pub fn serve(&self, i: usize, netdam: &std::path::Path, args: &[String]) -> Result<Served, TestbedError> {
+        self.serve_with_env(i, netdam, args, &[])
+    }
+
+    /// `serve` with extra environment variables (e.g. RUST_LOG).
+    pub fn serve_with_env(
+        &self,
+        i: usize,
+        netdam: &std::path::Path,
+        args: &[String],
+        envs: &[(&str, &str)],
+    ) -> Result<Served, TestbedError> {
         use std::io::{BufRead, BufReader};
         let mut cmd = self.command(i, netdam)?;
+        cmd.envs(envs.iter().copied());
         cmd.arg("serve")
             .arg("--iface")
             .arg(IFACE)

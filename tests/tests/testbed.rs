@@ -360,3 +360,28 @@ fn testbed_down_removes_everything_it_made() {
     // Idempotent, also when nothing is there.
     Testbed::down(&prefix).unwrap();
 }
+
+#[test]
+fn data_path_logs_reach_rust_log() {
+    let tb = testbed(2);
+    let args: Vec<String> = ["--region", REGION].map(String::from).to_vec();
+    let served = tb
+        .serve_with_env(0, &netdam_bin(), &args, &[("RUST_LOG", "debug")])
+        .expect("serve");
+    let target = format!("{}:4793", tb.hosts[0].ip);
+    tb.in_host(1, move || {
+        let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+        // 32 bytes whose magic is not 0xDA: dropped and logged.
+        s.send_to(&[0x42; 32], &target).unwrap();
+    })
+    .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !served.log().contains("frame dropped: drop_bad_magic") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no eBPF log line in:\n{}",
+            served.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

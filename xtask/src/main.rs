@@ -136,7 +136,7 @@ fn test(root: &Path, unprivileged: bool) -> Result<()> {
     setup::run()?;
     build(root)?;
     println!("==> tier 1: host unit tests (no root)");
-    cmd(cargo().current_dir(root).args(["test", "--release"]))?;
+    cmd(cargo().current_dir(root).args(["test", "--release", "--tests"]))?;
     if unprivileged {
         println!("tiers 2 and 3 skipped (--unprivileged)");
         return Ok(());

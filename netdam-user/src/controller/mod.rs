@@ -178,6 +178,9 @@ impl Node {
         let chunks = (spec.mem_size / MEM_CHUNK as u64) as u32;
         let mut loader = EbpfLoader::new();
         loader.map_max_entries(MAP_MEM, chunks);
+        // The XDP program's aya-log statements below the host's log level cost one load and a branch.
+        let level = log::max_level() as u8;
+        loader.override_global(aya_log::LEVEL, &level, false);
         let mut reused = false;
         let paths: Vec<(&str, PathBuf)> = match pin_dir {
             Some(dir) => {
