@@ -151,6 +151,7 @@ fn test(root: &Path, unprivileged: bool) -> Result<()> {
     cmd(cargo().current_dir(root).env("NETDAM_BIN", netdam_bin(root)).args([
         "test",
         "--release",
+        "--tests",
         "--package",
         "netdam-tests",
     ]))
