@@ -158,16 +158,23 @@ struct PingArgs {
     count: u32,
 }
 
+/// Where in a node's NetDAM memory.
 #[derive(Args)]
-struct WriteArgs {
-    #[command(flatten)]
-    node: NodeArgs,
-    /// Key of the region to write into.
+struct Place {
+    /// Key of the region the range lies in.
     #[arg(long, value_parser = parse_rkey)]
     rkey: u32,
     /// Byte address in the node's NetDAM memory (decimal, 0x-hex, or with a unit like 4MiB).
     #[arg(long, value_parser = parse_size)]
     addr: u64,
+}
+
+#[derive(Args)]
+struct WriteArgs {
+    #[command(flatten)]
+    node: NodeArgs,
+    #[command(flatten)]
+    place: Place,
     /// File whose bytes to write.
     #[arg(long)]
     file: PathBuf,
@@ -177,12 +184,8 @@ struct WriteArgs {
 struct ReadArgs {
     #[command(flatten)]
     node: NodeArgs,
-    /// Key of the region to read from.
-    #[arg(long, value_parser = parse_rkey)]
-    rkey: u32,
-    /// Byte address in the node's NetDAM memory (decimal, 0x-hex, or with a unit like 4MiB).
-    #[arg(long, value_parser = parse_size)]
-    addr: u64,
+    #[command(flatten)]
+    place: Place,
     /// Bytes to read, e.g. 4096 or 64MiB.
     #[arg(long, value_parser = parse_size)]
     len: u64,
@@ -394,13 +397,15 @@ async fn write(a: WriteArgs) -> Result<()> {
     let client = a.node.client().await?;
     let pb = progress_bar(data.len() as u64);
     let t = std::time::Instant::now();
-    client.write(a.rkey, a.addr, &data, &|n| pb.inc(n as u64)).await?;
+    client
+        .write(a.place.rkey, a.place.addr, &data, &|n| pb.inc(n as u64))
+        .await?;
     pb.finish_and_clear();
     let secs = t.elapsed().as_secs_f64();
     println!(
         "wrote {} bytes at {:#x} in {:.3} s ({:.1} MB/s)",
         data.len(),
-        a.addr,
+        a.place.addr,
         secs,
         data.len() as f64 / secs / 1e6
     );
@@ -412,7 +417,9 @@ async fn read(a: ReadArgs) -> Result<()> {
     let client = a.node.client().await?;
     let pb = progress_bar(a.len);
     let t = std::time::Instant::now();
-    let data = client.read(a.rkey, a.addr, len, &|n| pb.inc(n as u64)).await?;
+    let data = client
+        .read(a.place.rkey, a.place.addr, len, &|n| pb.inc(n as u64))
+        .await?;
     pb.finish_and_clear();
     let secs = t.elapsed().as_secs_f64();
     tokio::fs::write(&a.out, &data)
@@ -421,7 +428,7 @@ async fn read(a: ReadArgs) -> Result<()> {
     println!(
         "read {} bytes at {:#x} in {:.3} s ({:.1} MB/s) into {}",
         data.len(),
-        a.addr,
+        a.place.addr,
         secs,
         data.len() as f64 / secs / 1e6,
         a.out.display()

@@ -39,6 +39,28 @@ fn ok(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// `netdam write` of `file` at `addr` of region 0x1234, from host `from`.
+fn write_file(tb: &Testbed, from: usize, node: &str, addr: &str, file: &std::path::Path) {
+    let f = file.to_str().unwrap();
+    ok(&netdam(
+        tb,
+        from,
+        &["write", "--node", node, "--rkey", "0x1234", "--addr", addr, "--file", f],
+    ));
+}
+
+/// `netdam read` of `len` bytes at `addr` of region 0x1234 into `out`, from host `from`.
+fn read_file(tb: &Testbed, from: usize, node: &str, addr: &str, len: &str, out: &std::path::Path) {
+    let o = out.to_str().unwrap();
+    ok(&netdam(
+        tb,
+        from,
+        &[
+            "read", "--node", node, "--rkey", "0x1234", "--addr", addr, "--len", len, "--out", o,
+        ],
+    ));
+}
+
 fn xdp_attached(tb: &Testbed, i: usize) -> bool {
     let o = std::process::Command::new("ip")
         .args(["-n", &tb.hosts[i].netns, "link", "show", "eth0"])
@@ -76,38 +98,8 @@ fn sixty_four_mib_written_and_read_back_byte_exact() {
     let data: Vec<u8> = (0..64 << 20).map(|_| rand_byte()).collect();
     std::fs::write(&input, &data).unwrap();
     let node = tb.hosts[0].ip.to_string();
-    ok(&netdam(
-        &tb,
-        1,
-        &[
-            "write",
-            "--node",
-            &node,
-            "--rkey",
-            "0x1234",
-            "--addr",
-            "0",
-            "--file",
-            input.to_str().unwrap(),
-        ],
-    ));
-    ok(&netdam(
-        &tb,
-        1,
-        &[
-            "read",
-            "--node",
-            &node,
-            "--rkey",
-            "0x1234",
-            "--addr",
-            "0",
-            "--len",
-            "64MiB",
-            "--out",
-            output.to_str().unwrap(),
-        ],
-    ));
+    write_file(&tb, 1, &node, "0", &input);
+    read_file(&tb, 1, &node, "0", "64MiB", &output);
     let back = std::fs::read(&output).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
     assert!(back == data, "the 64 MiB read back differ from what was written");
@@ -154,21 +146,7 @@ fn restart_keeps_memory_and_counters_and_detaches_cleanly() {
     let node = tb.hosts[0].ip.to_string();
     let first = serve(&tb, 0, "64MiB");
     assert!(xdp_attached(&tb, 0));
-    ok(&netdam(
-        &tb,
-        1,
-        &[
-            "write",
-            "--node",
-            &node,
-            "--rkey",
-            "0x1234",
-            "--addr",
-            "4096",
-            "--file",
-            input.to_str().unwrap(),
-        ],
-    ));
+    write_file(&tb, 1, &node, "4096", &input);
     assert!(first.stop(), "clean exit on SIGTERM");
     assert!(!xdp_attached(&tb, 0), "SIGTERM detaches the program");
 
@@ -179,23 +157,7 @@ fn restart_keeps_memory_and_counters_and_detaches_cleanly() {
         second.log()
     );
     let out = dir.join("out.bin");
-    ok(&netdam(
-        &tb,
-        1,
-        &[
-            "read",
-            "--node",
-            &node,
-            "--rkey",
-            "0x1234",
-            "--addr",
-            "4096",
-            "--len",
-            "100000",
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    ));
+    read_file(&tb, 1, &node, "4096", "100000", &out);
     assert!(std::fs::read(&out).unwrap() == data, "memory survived the restart");
     let stats = ok(&netdam(
         &tb,
