@@ -10,6 +10,7 @@ mod maps;
 mod memory;
 mod ops;
 mod respond;
+mod vector;
 
 use aya_ebpf::{bindings::xdp_action, helpers::generated::bpf_xdp_get_buff_len, macros::xdp, programs::XdpContext};
 use netdam_common::counters::Event;

@@ -1,5 +1,4 @@
-//! Execution of validated requests. This data path executes NOP,
-//! WRITE and READ; the ALU ops arrive with their own module.
+//! Execution of validated requests.
 
 use aya_ebpf::{bindings::xdp_action, programs::XdpContext};
 use netdam_common::{
@@ -11,13 +10,16 @@ use netdam_common::{
 use crate::{
     carrier::Request,
     maps::{count, REGIONS},
-    memory, respond, Verdict,
+    memory, respond, vector, Verdict,
 };
 
 /// Opcodes this data path executes; every other code point is BAD_OPCODE.
+/// ACCUMULATE and the atomics wait for per-element atomics and the
+/// at-most-once window (section 7): executing them without it would apply
+/// every retransmission again.
 #[inline(always)]
 fn executes(op: Opcode) -> bool {
-    matches!(op, Opcode::Nop | Opcode::Write | Opcode::Read)
+    matches!(op, Opcode::Nop | Opcode::Write | Opcode::Read | Opcode::Reduce)
 }
 
 /// Validates and executes `req`, returning the XDP action. Every request
@@ -78,6 +80,15 @@ fn try_execute(ctx: &XdpContext, cfg: &NodeConfig, req: &Request) -> Result<u32,
         Opcode::Read => {
             respond::turn_around(ctx, req)?;
             memory::mem_to_frame(ctx, respond::payload_offset(req), addr, len)
+                .map_err(|_| Verdict::Drop(Event::DropTxFailed))?;
+            Ok(respond::finish(ctx, req, Status::Ok, len)?)
+        }
+        Opcode::Reduce => {
+            let Some((dtype, alu)) = checked.vector else {
+                return Err(Status::BadDtype.into());
+            };
+            respond::turn_around(ctx, req)?;
+            vector::reduce_in_frame(ctx, respond::payload_offset(req), addr, len, dtype, alu)
                 .map_err(|_| Verdict::Drop(Event::DropTxFailed))?;
             Ok(respond::finish(ctx, req, Status::Ok, len)?)
         }

@@ -1,0 +1,162 @@
+//! Tier 2: the ALU of the XDP program (REDUCE) against the host's, through BPF_PROG_TEST_RUN.
+
+use netdam_common::{
+    alu::{combine32, combine64},
+    config::MEM_CHUNK,
+    frame::{netdam_frame, parse_udp},
+    wire::{Alu, Dtype},
+    NetdamHdr, Opcode, Status,
+};
+use netdam_tests::progrun::*;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// Mostly random bits, with the f32 special classes mixed in.
+    fn element(&mut self, w: u32) -> u64 {
+        const F32_SPECIAL: [u32; 8] = [
+            0,
+            0x8000_0000,
+            1,
+            0x807F_FFFF,
+            0x7F80_0000,
+            0xFF80_0000,
+            0x7FC0_0001,
+            0x7F7F_FFFF,
+        ];
+        match self.next() % 8 {
+            0 if w == 4 => F32_SPECIAL[(self.next() % 8) as usize] as u64,
+            _ => self.next() >> if w == 4 { 32 } else { 0 },
+        }
+    }
+}
+
+fn reduce_frame(dtype: Dtype, alu: Alu, addr: u64, v: &[u8]) -> Vec<u8> {
+    let mut h = NetdamHdr::request(Opcode::Reduce);
+    h.dtype = dtype as u8;
+    h.alu = alu as u8;
+    h.set_rkey(RKEY_RW);
+    h.set_addr(addr);
+    h.set_len(v.len() as u16);
+    h.set_seq(9);
+    netdam_frame(&CLIENT, &NODE, &h, v)
+}
+
+/// The host's REDUCE of `v` with `mem`, element by element, little-endian.
+fn expected(dtype: Dtype, alu: Alu, v: &[u8], mem: &[u8]) -> Vec<u8> {
+    let w = dtype.width() as usize;
+    v.chunks(w)
+        .zip(mem.chunks(w))
+        .flat_map(|(a, b)| {
+            if w == 4 {
+                let r = combine32(
+                    dtype,
+                    alu,
+                    u32::from_le_bytes(a.try_into().unwrap()),
+                    u32::from_le_bytes(b.try_into().unwrap()),
+                );
+                r.to_le_bytes().to_vec()
+            } else {
+                let r = combine64(
+                    dtype,
+                    alu,
+                    u64::from_le_bytes(a.try_into().unwrap()),
+                    u64::from_le_bytes(b.try_into().unwrap()),
+                );
+                r.to_le_bytes().to_vec()
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn reduce_matches_the_host_alu_for_every_dtype_and_operator() {
+    let node = load(&spec());
+    let mut rng = Rng(0xC0FFEE);
+    // 1440 bytes (360 f32, a full MTU-1500 payload), placed across a chunk boundary.
+    let addr = MEM_CHUNK as u64 - 720;
+    let mut pairs = 0;
+    for &dtype in Dtype::ALL {
+        for &alu in Alu::ALL {
+            if dtype == Dtype::F32 && alu.is_bitwise() {
+                continue;
+            }
+            pairs += 1;
+            let w = dtype.width();
+            let gen = |rng: &mut Rng| -> Vec<u8> {
+                (0..1440 / w)
+                    .flat_map(|_| rng.element(w).to_le_bytes()[..w as usize].to_vec())
+                    .collect()
+            };
+            let mem = gen(&mut rng);
+            let v = gen(&mut rng);
+            node.memory().write(addr, &mem).unwrap();
+            let req = reduce_frame(dtype, alu, addr, &v);
+            let o = run(&node, &req);
+            assert_eq!(o.action, XDP_TX, "{dtype:?} {alu:?}");
+            let a = parse_udp(&o.frame).unwrap();
+            let (h, payload) = a.netdam().unwrap();
+            assert_eq!(Status::from_u8(h.status), Some(Status::Ok), "{dtype:?} {alu:?}");
+            assert_eq!(
+                payload,
+                expected(dtype, alu, &v, &mem),
+                "{dtype:?} {alu:?}: the data path and the host ALU differ"
+            );
+            let mut after = vec![0u8; mem.len()];
+            node.memory().read(addr, &mut after).unwrap();
+            assert_eq!(after, mem, "REDUCE leaves memory unchanged");
+        }
+    }
+    // 5 dtypes x 6 operators, less the 3 bitwise ones on f32.
+    assert_eq!(pairs, 27);
+}
+
+#[test]
+fn reduce_validation() {
+    let node = load(&spec());
+    let cases = [
+        (5, 4, 16, 0x1000, Status::BadDtype), // AND on f32
+        (9, 1, 16, 0x1000, Status::BadDtype),
+        (1, 1, 6, 0x1000, Status::Misaligned),
+        (3, 1, 16, 0x1004, Status::Misaligned), // i64 at a 4-aligned address
+        (1, 1, 16, RO.base, Status::BadKey),
+    ];
+    for (dtype, alu, len, addr, want) in cases {
+        let mut h = NetdamHdr::request(Opcode::Reduce);
+        h.dtype = dtype;
+        h.alu = alu;
+        h.set_rkey(RKEY_RW);
+        h.set_addr(addr);
+        h.set_len(len);
+        if want == Status::BadKey {
+            h.set_rkey(0xBAD);
+        }
+        let o = run(&node, &netdam_frame(&CLIENT, &NODE, &h, &vec![0; len as usize]));
+        let (ah, _) = parse_udp(&o.frame).unwrap().netdam().unwrap();
+        assert_eq!(
+            Status::from_u8(ah.status),
+            Some(want),
+            "dtype {dtype} alu {alu} len {len} addr {addr:#x}"
+        );
+    }
+}
+
+#[test]
+fn verifier_cost_is_reported() {
+    netdam_tests::require_root();
+    let t = std::time::Instant::now();
+    let node = load(&spec());
+    let load_time = t.elapsed();
+    let info = node.program().info().expect("program info");
+    let insns = info.verified_instruction_count().unwrap_or(0);
+    println!(
+        "netdam XDP program: {insns} instructions verified, loaded in {:.1} ms",
+        load_time.as_secs_f64() * 1e3
+    );
+    assert!(insns > 0);
+}
