@@ -40,6 +40,9 @@ pub enum Event {
     PassResponse,
     /// An answer could not be built in place (a helper failed).
     DropTxFailed,
+    /// An idempotent ACCUMULATE lost its compare-and-swap to other CPUs 64
+    /// times on one element and was answered NOT_READY (the sender retries).
+    CasContended,
 }
 
 impl Event {
@@ -53,6 +56,7 @@ impl Event {
         Event::DropBadChecksum,
         Event::PassResponse,
         Event::DropTxFailed,
+        Event::CasContended,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -66,13 +70,14 @@ impl Event {
             Event::DropBadChecksum => "drop_bad_checksum",
             Event::PassResponse => "pass_response",
             Event::DropTxFailed => "drop_tx_failed",
+            Event::CasContended => "cas_contended",
         }
     }
 }
 
 /// Entries of the counter map.
 pub const COUNTER_SLOTS: u32 = 256;
-const _: () = assert!((Event::DropTxFailed as u32) < COUNTER_SLOTS);
+const _: () = assert!((Event::CasContended as u32) < COUNTER_SLOTS);
 
 /// Name of the opcode that owns op-counter `slot` (0..OP_SLOTS).
 pub fn op_slot_name(slot: u32) -> &'static str {

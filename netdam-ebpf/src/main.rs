@@ -3,7 +3,9 @@
 //! verdict in `netdam` below.
 #![no_std]
 #![no_main]
+#![feature(asm_experimental_arch)]
 
+mod atomic;
 mod carrier;
 mod checksum;
 mod maps;

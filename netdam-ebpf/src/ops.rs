@@ -3,23 +3,30 @@
 use aya_ebpf::{bindings::xdp_action, programs::XdpContext};
 use netdam_common::{
     counters::{op_status, Event},
-    validate::{answers, check_access, check_header},
+    validate::{answers, check_access, check_header, Checked},
+    wire::Alu,
     NodeConfig, Opcode, Status,
 };
 
 use crate::{
     carrier::Request,
     maps::{count, REGIONS},
-    memory, respond, vector, Verdict,
+    memory, respond,
+    vector::{self, VectorFailed, VectorOp},
+    Verdict,
 };
 
-/// Opcodes this data path executes; every other code point is BAD_OPCODE.
-/// ACCUMULATE and the atomics wait for per-element atomics and the
-/// at-most-once window (section 7): executing them without it would apply
-/// every retransmission again.
+/// Whether this data path executes the op; every other code point is
+/// BAD_OPCODE. ACCUMULATE with ADD or XOR, and the atomics, wait for the
+/// at-most-once window (section 7): without it every retransmission would
+/// apply again. ACCUMULATE with MIN, MAX, AND, OR is idempotent and needs none.
 #[inline(always)]
-fn executes(op: Opcode) -> bool {
-    matches!(op, Opcode::Nop | Opcode::Write | Opcode::Read | Opcode::Reduce)
+fn executes(c: &Checked) -> bool {
+    match c.op {
+        Opcode::Nop | Opcode::Write | Opcode::Read | Opcode::Reduce => true,
+        Opcode::Accumulate => matches!(c.vector, Some((_, Alu::Min | Alu::Max | Alu::And | Alu::Or))),
+        _ => false,
+    }
 }
 
 /// Validates and executes `req`, returning the XDP action. Every request
@@ -48,6 +55,20 @@ impl From<Status> for Failure {
     }
 }
 
+impl From<VectorFailed> for Failure {
+    fn from(e: VectorFailed) -> Self {
+        match e {
+            VectorFailed::Copy => Failure::Verdict(Verdict::Drop(Event::DropTxFailed)),
+            // Only idempotent operators get here: the sender's retry completes
+            // the elements this attempt could not update.
+            VectorFailed::Contended => {
+                crate::maps::count_event(Event::CasContended);
+                Failure::Status(Status::NotReady)
+            }
+        }
+    }
+}
+
 impl From<Verdict> for Failure {
     fn from(v: Verdict) -> Self {
         Failure::Verdict(v)
@@ -58,7 +79,7 @@ impl From<Verdict> for Failure {
 fn try_execute(ctx: &XdpContext, cfg: &NodeConfig, req: &Request) -> Result<u32, Failure> {
     let h = &req.hdr;
     let checked = check_header(h, cfg.mtu, req.payload_avail)?;
-    if !executes(checked.op) {
+    if !executes(&checked) {
         return Err(Status::BadOpcode.into());
     }
     let rkey = h.rkey();
@@ -88,9 +109,27 @@ fn try_execute(ctx: &XdpContext, cfg: &NodeConfig, req: &Request) -> Result<u32,
                 return Err(Status::BadDtype.into());
             };
             respond::turn_around(ctx, req)?;
-            vector::reduce_in_frame(ctx, respond::payload_offset(req), addr, len, dtype, alu)
-                .map_err(|_| Verdict::Drop(Event::DropTxFailed))?;
+            vector::run(
+                ctx,
+                VectorOp::Reduce,
+                respond::payload_offset(req),
+                addr,
+                len,
+                dtype,
+                alu,
+            )?;
             Ok(respond::finish(ctx, req, Status::Ok, len)?)
+        }
+        Opcode::Accumulate => {
+            let Some((dtype, alu)) = checked.vector else {
+                return Err(Status::BadDtype.into());
+            };
+            vector::run(ctx, VectorOp::Accumulate, req.payload_off, addr, len, dtype, alu)?;
+            if answers(Opcode::Accumulate, h.flags, Status::Ok) {
+                answer_empty(ctx, req)
+            } else {
+                Ok(xdp_action::XDP_DROP)
+            }
         }
         _ => Err(Status::BadOpcode.into()),
     }

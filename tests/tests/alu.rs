@@ -160,3 +160,139 @@ fn verifier_cost_is_reported() {
     );
     assert!(insns > 0);
 }
+
+fn accumulate_frame(dtype: Dtype, alu: Alu, addr: u64, v: &[u8], seq: u32) -> Vec<u8> {
+    let mut h = NetdamHdr::request(Opcode::Accumulate);
+    h.flags = netdam_common::wire::flags::ACK_REQ;
+    h.dtype = dtype as u8;
+    h.alu = alu as u8;
+    h.set_rkey(RKEY_RW);
+    h.set_addr(addr);
+    h.set_len(v.len() as u16);
+    h.set_seq(seq);
+    netdam_frame(&CLIENT, &NODE, &h, v)
+}
+
+fn status_of(o: &Outcome) -> Option<Status> {
+    Status::from_u8(parse_udp(&o.frame)?.netdam()?.0.status)
+}
+
+#[test]
+fn accumulate_with_idempotent_operators_matches_the_host_alu() {
+    let node = load(&spec());
+    let mut rng = Rng(0xACC);
+    let addr = MEM_CHUNK as u64 - 720;
+    let mut pairs = 0;
+    for &dtype in Dtype::ALL {
+        for alu in [Alu::Min, Alu::Max, Alu::And, Alu::Or] {
+            if dtype == Dtype::F32 && alu.is_bitwise() {
+                continue;
+            }
+            pairs += 1;
+            let w = dtype.width();
+            let gen = |rng: &mut Rng| -> Vec<u8> {
+                (0..1440 / w)
+                    .flat_map(|_| rng.element(w).to_le_bytes()[..w as usize].to_vec())
+                    .collect()
+            };
+            let mem = gen(&mut rng);
+            let v = gen(&mut rng);
+            node.memory().write(addr, &mem).unwrap();
+            let o = run(&node, &accumulate_frame(dtype, alu, addr, &v, pairs));
+            assert_eq!(o.action, XDP_TX, "{dtype:?} {alu:?}");
+            assert_eq!(status_of(&o), Some(Status::Ok), "{dtype:?} {alu:?}");
+            let mut after = vec![0u8; mem.len()];
+            node.memory().read(addr, &mut after).unwrap();
+            assert_eq!(
+                after,
+                expected(dtype, alu, &mem, &v),
+                "{dtype:?} {alu:?}: mem[i] = alu(mem[i], v[i])"
+            );
+            // Idempotent: applying the same request again changes nothing.
+            run(&node, &accumulate_frame(dtype, alu, addr, &v, pairs));
+            let mut again = vec![0u8; mem.len()];
+            node.memory().read(addr, &mut again).unwrap();
+            assert_eq!(again, after, "{dtype:?} {alu:?} applied twice");
+            // The neighbours of the vector are untouched.
+            let mut edges = [0u8; 8];
+            node.memory().read(addr - 4, &mut edges[..4]).unwrap();
+            node.memory().read(addr + 1440, &mut edges[4..]).unwrap();
+            assert_eq!(edges, [0; 8], "{dtype:?} {alu:?}");
+        }
+    }
+    // 4 integer types x 4 operators, f32 x MIN and MAX.
+    assert_eq!(pairs, 18);
+}
+
+#[test]
+fn non_idempotent_accumulate_waits_for_the_at_most_once_window() {
+    let node = load(&spec());
+    for alu in [Alu::Add, Alu::Xor] {
+        let o = run(&node, &accumulate_frame(Dtype::U32, alu, RW.base, &[1; 16], 1));
+        assert_eq!(status_of(&o), Some(Status::BadOpcode), "{alu:?}");
+        let mut m = [0u8; 16];
+        node.memory().read(RW.base, &mut m).unwrap();
+        assert_eq!(m, [0; 16], "{alu:?} was not executed");
+    }
+}
+
+/// Removes a pin directory when dropped, also on panic.
+struct PinDir(std::path::PathBuf);
+impl Drop for PinDir {
+    fn drop(&mut self) {
+        let _ = netdam_user::controller::pins::unpin(&self.0);
+    }
+}
+
+#[test]
+fn accumulate_loses_no_update_under_two_cpus() {
+    netdam_tests::require_root();
+    let dir = PinDir(std::path::PathBuf::from(format!(
+        "/sys/fs/bpf/netdam-test-{}-acc",
+        std::process::id()
+    )));
+    let s = spec();
+    // Two program instances sharing one memory through the pinned maps, one per CPU.
+    let nodes = [
+        netdam_user::Node::load(&s, Some(&dir.0)).unwrap(),
+        netdam_user::Node::load(&s, Some(&dir.0)).unwrap(),
+    ];
+    assert!(nodes[1].reused_pins);
+    // Every bit is set by exactly one request, so an update lost to a racing
+    // write is never set again and shows in the end. Both threads walk the
+    // same regions in the same order, so they keep hitting the same words.
+    const REGIONS: u64 = 64;
+    for (dtype, bits_per_thread, base) in [
+        (Dtype::U64, 32u32, RW.base),
+        (Dtype::U32, 16u32, RW.base + REGIONS * 1440),
+    ] {
+        let w = dtype.width() as usize;
+        std::thread::scope(|scope| {
+            for (t, node) in nodes.iter().enumerate() {
+                scope.spawn(move || {
+                    for bit in 0..bits_per_thread {
+                        let b = 1u64 << (t as u32 * bits_per_thread + bit);
+                        let v: Vec<u8> = (0..1440 / w).flat_map(|_| b.to_le_bytes()[..w].to_vec()).collect();
+                        for k in 0..REGIONS {
+                            let f = accumulate_frame(dtype, Alu::Or, base + k * 1440, &v, bit);
+                            let mut o = run(node, &f);
+                            // NOT_READY (contention) asks the sender to retry.
+                            while status_of(&o) == Some(Status::NotReady) {
+                                o = run(node, &f);
+                            }
+                            assert_eq!(status_of(&o), Some(Status::Ok));
+                        }
+                    }
+                });
+            }
+        });
+        let mut m = vec![0u8; (REGIONS * 1440) as usize];
+        nodes[0].memory().read(base, &mut m).unwrap();
+        let full = if w == 8 { u64::MAX } else { u32::MAX as u64 };
+        for (i, word) in m.chunks(w).enumerate() {
+            let mut b = [0u8; 8];
+            b[..w].copy_from_slice(word);
+            assert_eq!(u64::from_le_bytes(b), full, "{dtype:?} word {i} lost an update");
+        }
+    }
+}
