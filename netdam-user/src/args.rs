@@ -2,12 +2,19 @@
 
 use netdam_common::{
     region::{perm, perms_from_letters},
+    wire::{Alu, Dtype},
     Region,
 };
 use thiserror::Error;
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum ArgError {
+    #[error("{0:?} is not a dtype: use i32, u32, i64, u64 or f32")]
+    Dtype(String),
+    #[error("{0:?} is not an operator: use sum (or add), min, max, and, or, xor")]
+    Alu(String),
+    #[error("{value:?} is not a {dtype} value")]
+    Value { value: String, dtype: &'static str },
     #[error("{0:?} is not a size: expected bytes with an optional unit, e.g. 4096, 64KiB, 64MiB, 1GiB")]
     Size(String),
     #[error("{0:?} is not a number: expected decimal (4660) or hex (0x1234)")]
@@ -88,6 +95,61 @@ pub fn parse_region(s: &str) -> Result<(u32, Region), ArgError> {
     ))
 }
 
+pub fn parse_dtype(s: &str) -> Result<Dtype, ArgError> {
+    Dtype::ALL
+        .iter()
+        .copied()
+        .find(|d| d.name() == s.to_ascii_lowercase())
+        .ok_or_else(|| ArgError::Dtype(s.to_string()))
+}
+
+/// An operator by its nccl-tests name (sum) or its PROTOCOL.md name (add).
+pub fn parse_alu(s: &str) -> Result<Alu, ArgError> {
+    match s.to_ascii_lowercase().as_str() {
+        "sum" | "add" => Ok(Alu::Add),
+        "min" => Ok(Alu::Min),
+        "max" => Ok(Alu::Max),
+        "and" => Ok(Alu::And),
+        "or" => Ok(Alu::Or),
+        "xor" => Ok(Alu::Xor),
+        _ => Err(ArgError::Alu(s.to_string())),
+    }
+}
+
+/// Comma-separated values of `dtype` as the little-endian vector of the wire.
+pub fn parse_values(s: &str, dtype: Dtype) -> Result<Vec<u8>, ArgError> {
+    let mut out = Vec::new();
+    for v in s.split(',').map(str::trim).filter(|v| !v.is_empty()) {
+        let bad = || ArgError::Value {
+            value: v.to_string(),
+            dtype: dtype.name(),
+        };
+        match dtype {
+            Dtype::I32 => out.extend(v.parse::<i32>().map_err(|_| bad())?.to_le_bytes()),
+            Dtype::U32 => out.extend(v.parse::<u32>().map_err(|_| bad())?.to_le_bytes()),
+            Dtype::I64 => out.extend(v.parse::<i64>().map_err(|_| bad())?.to_le_bytes()),
+            Dtype::U64 => out.extend(v.parse::<u64>().map_err(|_| bad())?.to_le_bytes()),
+            Dtype::F32 => out.extend(v.parse::<f32>().map_err(|_| bad())?.to_le_bytes()),
+        }
+    }
+    Ok(out)
+}
+
+/// The little-endian vector as comma-separated values of `dtype`.
+pub fn format_values(v: &[u8], dtype: Dtype) -> String {
+    let w = dtype.width() as usize;
+    v.chunks(w)
+        .map(|e| match dtype {
+            Dtype::I32 => i32::from_le_bytes(e.try_into().unwrap()).to_string(),
+            Dtype::U32 => u32::from_le_bytes(e.try_into().unwrap()).to_string(),
+            Dtype::I64 => i64::from_le_bytes(e.try_into().unwrap()).to_string(),
+            Dtype::U64 => u64::from_le_bytes(e.try_into().unwrap()).to_string(),
+            Dtype::F32 => f32::from_le_bytes(e.try_into().unwrap()).to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// `rwam`-style letters of a permission set.
 pub fn perm_letters(perms: u32) -> String {
     [
@@ -117,6 +179,23 @@ mod tests {
         assert!(parse_size("12XB").is_err());
         assert!(parse_size("MiB").is_err());
         assert!(parse_size("99999999999999GiB").is_err());
+    }
+
+    #[test]
+    fn vectors() {
+        assert_eq!(parse_dtype("F32"), Ok(Dtype::F32));
+        assert!(parse_dtype("f16").is_err());
+        assert_eq!(parse_alu("sum"), Ok(Alu::Add));
+        assert!(parse_alu("avg").is_err());
+        let v = parse_values("1, -2,3", Dtype::I32).unwrap();
+        assert_eq!(v, [1, 0, 0, 0, 0xFE, 0xFF, 0xFF, 0xFF, 3, 0, 0, 0]);
+        assert_eq!(format_values(&v, Dtype::I32), "1,-2,3");
+        assert_eq!(
+            format_values(&parse_values("1.5,-0", Dtype::F32).unwrap(), Dtype::F32),
+            "1.5,-0"
+        );
+        assert!(matches!(parse_values("1,x", Dtype::U64), Err(ArgError::Value { .. })));
+        assert!(parse_values("-1", Dtype::U32).is_err());
     }
 
     #[test]

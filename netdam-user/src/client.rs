@@ -14,7 +14,7 @@ use std::{
 
 use futures::{stream, StreamExt, TryStreamExt};
 use netdam_common::{
-    wire::{flags, CARRIER_LEN, DEFAULT_PORT, HDR_LEN},
+    wire::{flags, Alu, Dtype, CARRIER_LEN, DEFAULT_PORT, HDR_LEN},
     NetdamHdr, Opcode, Status,
 };
 use thiserror::Error;
@@ -286,6 +286,90 @@ impl Client {
         Ok(out)
     }
 
+    /// REDUCE: alu(v[i], mem[i]) for the little-endian vector `v` against
+    /// memory at `addr`, split into MTU-sized requests; memory is unchanged.
+    pub async fn reduce(&self, rkey: u32, addr: u64, dtype: Dtype, alu: Alu, v: &[u8]) -> Result<Vec<u8>, ClientError> {
+        let unit = self.vector_unit("reduce", dtype, v)?;
+        let mut out = vec![0u8; v.len()];
+        let mut answers = stream::iter(v.chunks(unit).enumerate())
+            .map(|(i, piece)| async move {
+                let h = vector_header(Opcode::Reduce, rkey, addr + (i * unit) as u64, dtype, alu, piece.len());
+                let r = self.request(h, piece, true).await?;
+                if r.payload.len() != piece.len() {
+                    return Err(ClientError::Malformed {
+                        node: self.node,
+                        what: format!("REDUCE of {} bytes answered with {}", piece.len(), r.payload.len()),
+                    });
+                }
+                Ok((i, r.payload))
+            })
+            .buffer_unordered(self.cfg.window.max(1));
+        while let Some((i, data)) = answers.try_next().await? {
+            out[i * unit..i * unit + data.len()].copy_from_slice(&data);
+        }
+        Ok(out)
+    }
+
+    /// ACCUMULATE: mem[i] = alu(mem[i], v[i]), acknowledged, in MTU-sized
+    /// requests. Every attempt of a request reuses its seq, so a node's
+    /// at-most-once window (section 7) keeps ADD and XOR exact under
+    /// retransmission; NOT_READY (contention on the node) is retried.
+    pub async fn accumulate(&self, rkey: u32, addr: u64, dtype: Dtype, alu: Alu, v: &[u8]) -> Result<(), ClientError> {
+        let unit = self.vector_unit("accumulate", dtype, v)?;
+        stream::iter(v.chunks(unit).enumerate())
+            .map(|(i, piece)| async move {
+                let mut h = vector_header(
+                    Opcode::Accumulate,
+                    rkey,
+                    addr + (i * unit) as u64,
+                    dtype,
+                    alu,
+                    piece.len(),
+                );
+                h.flags = flags::ACK_REQ;
+                for _ in 0..self.cfg.retries.max(1) {
+                    match self.request(h, piece, true).await {
+                        Err(ClientError::Refused {
+                            status: Status::NotReady,
+                            ..
+                        }) => tokio::time::sleep(Duration::from_millis(1)).await,
+                        other => return other.map(|_| ()),
+                    }
+                }
+                Err(ClientError::Refused {
+                    op: "ACCUMULATE",
+                    node: self.node,
+                    addr: h.addr(),
+                    status: Status::NotReady,
+                })
+            })
+            .buffer_unordered(self.cfg.window.max(1))
+            .try_collect::<()>()
+            .await
+    }
+
+    /// Bytes of vector per request: the MTU's payload, in whole elements.
+    fn vector_unit(&self, op: &'static str, dtype: Dtype, v: &[u8]) -> Result<usize, ClientError> {
+        let w = dtype.width() as usize;
+        if v.is_empty() || v.len() % w != 0 {
+            return Err(ClientError::Usage {
+                op,
+                what: format!(
+                    "{} bytes are not a whole number of {w}-byte {} elements",
+                    v.len(),
+                    dtype.name()
+                ),
+            });
+        }
+        match self.unit(op)? / w * w {
+            0 => Err(ClientError::Usage {
+                op,
+                what: format!("MTU {} leaves no room for one element", self.cfg.mtu),
+            }),
+            n => Ok(n),
+        }
+    }
+
     fn unit(&self, op: &'static str) -> Result<usize, ClientError> {
         match self.cfg.max_payload() {
             0 => Err(ClientError::Usage {
@@ -295,6 +379,16 @@ impl Client {
             n => Ok(n),
         }
     }
+}
+
+fn vector_header(op: Opcode, rkey: u32, addr: u64, dtype: Dtype, alu: Alu, len: usize) -> NetdamHdr {
+    let mut h = NetdamHdr::request(op);
+    h.dtype = dtype as u8;
+    h.alu = alu as u8;
+    h.set_rkey(rkey);
+    h.set_addr(addr);
+    h.set_len(len as u16);
+    h
 }
 
 /// Hands each response to the request waiting for its seq; late duplicates

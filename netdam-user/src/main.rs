@@ -5,9 +5,12 @@ use std::{net::Ipv4Addr, path::PathBuf, process::ExitCode, time::Duration};
 use anyhow::{bail, Context as _, Result};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use netdam_common::{wire::DEFAULT_PORT, Region};
+use netdam_common::{
+    wire::{Alu, Dtype, DEFAULT_PORT},
+    Region,
+};
 use netdam_user::{
-    args::{parse_region, parse_rkey, parse_size, perm_letters},
+    args::{format_values, parse_alu, parse_dtype, parse_region, parse_rkey, parse_size, parse_values, perm_letters},
     controller::{pins, AttachMode, Interface, Node, NodeSpec},
     stats::Stats,
     testbed::Testbed,
@@ -42,6 +45,10 @@ enum Cmd {
     Write(WriteArgs),
     /// Read a range of a node's NetDAM memory into a file.
     Read(ReadArgs),
+    /// Combine a vector with a node's memory and print the result (memory unchanged).
+    Reduce(VectorArgs),
+    /// Combine a vector into a node's memory, element by element, atomically.
+    Accumulate(VectorArgs),
     /// Print a local node's counters (requests by opcode and status, drops).
     Stats(StatsArgs),
     /// Remove a local node's pinned maps: its memory and counters are lost.
@@ -195,6 +202,23 @@ struct ReadArgs {
 }
 
 #[derive(Args)]
+struct VectorArgs {
+    #[command(flatten)]
+    node: NodeArgs,
+    #[command(flatten)]
+    place: Place,
+    /// Element type: i32, u32, i64, u64, f32.
+    #[arg(long, value_parser = parse_dtype)]
+    dtype: Dtype,
+    /// Operator: sum (add), min, max, and, or, xor (the bitwise ones not on f32).
+    #[arg(long, value_parser = parse_alu)]
+    op: Alu,
+    /// The vector, comma-separated, e.g. 1,2,3 or -0.5,1.25.
+    #[arg(long, allow_hyphen_values = true)]
+    values: String,
+}
+
+#[derive(Args)]
 struct StatsArgs {
     /// Interface of the node (its default pin directory).
     #[arg(long, required_unless_present = "pin_dir")]
@@ -237,6 +261,32 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Ping(a) => ping(a).await,
         Cmd::Write(a) => write(a).await,
         Cmd::Read(a) => read(a).await,
+        Cmd::Reduce(a) => {
+            let v = parse_values(&a.values, a.dtype)?;
+            let r = a
+                .node
+                .client()
+                .await?
+                .reduce(a.place.rkey, a.place.addr, a.dtype, a.op, &v)
+                .await?;
+            println!("{}", format_values(&r, a.dtype));
+            Ok(())
+        }
+        Cmd::Accumulate(a) => {
+            let v = parse_values(&a.values, a.dtype)?;
+            a.node
+                .client()
+                .await?
+                .accumulate(a.place.rkey, a.place.addr, a.dtype, a.op, &v)
+                .await?;
+            println!(
+                "accumulated {} {} element(s) at {:#x}",
+                v.len() / a.dtype.width() as usize,
+                a.dtype.name(),
+                a.place.addr
+            );
+            Ok(())
+        }
         Cmd::Stats(a) => {
             let dir = stats_dir(a.pin_dir, a.iface.as_deref())?;
             let stats =

@@ -347,3 +347,34 @@ fn data_path_logs_reach_rust_log() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn reduce_and_accumulate_from_the_command_line() {
+    let tb = testbed(2);
+    let _served = serve(&tb, 0, "64MiB");
+    let node = tb.hosts[0].ip.to_string();
+    let vector = |op: &str, alu: &str, dtype: &str, values: &str| {
+        let args = [
+            "--node", &node, "--rkey", "0x1234", "--addr", "0x100", "--dtype", dtype, "--op", alu, "--values", values,
+        ];
+        ok(&netdam(&tb, 1, &[&[op][..], &args[..]].concat()))
+    };
+    // Memory starts at zero: MAX into it keeps the positive values.
+    vector("accumulate", "max", "i32", "5,-3,7,0");
+    assert_eq!(vector("reduce", "min", "i32", "9,9,1,-1").trim(), "5,0,1,-1");
+    assert_eq!(vector("reduce", "sum", "i32", "1,1,1,1").trim(), "6,1,8,1");
+    // f32 through the data path's integer soft-float.
+    vector("accumulate", "or", "u64", "1,2");
+    assert_eq!(vector("reduce", "sum", "f32", "0.5,1.5").trim().split(',').count(), 2);
+    // A bad value says what is wrong.
+    let o = netdam(
+        &tb,
+        1,
+        &[
+            "reduce", "--node", &node, "--rkey", "0x1234", "--addr", "0", "--dtype", "u32", "--op", "sum", "--values",
+            "-1",
+        ],
+    );
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("is not a u32 value"));
+}
