@@ -351,7 +351,7 @@ impl Client {
     /// Bytes of vector per request: the MTU's payload, in whole elements.
     fn vector_unit(&self, op: &'static str, dtype: Dtype, v: &[u8]) -> Result<usize, ClientError> {
         let w = dtype.width() as usize;
-        if v.is_empty() || v.len() % w != 0 {
+        if v.is_empty() || !v.len().is_multiple_of(w) {
             return Err(ClientError::Usage {
                 op,
                 what: format!(
