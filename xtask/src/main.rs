@@ -34,6 +34,8 @@ enum Cmd {
         #[command(subcommand)]
         cmd: TestbedCmd,
     },
+    /// Set up, build, run the benchmarks; results (JSON) go under results/ (not committed).
+    Bench,
     /// Set up, build, run every test: host unit tests, then (as root) the XDP program
     /// through BPF_PROG_TEST_RUN and the integration tests on the testbed.
     Test {
@@ -98,6 +100,19 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Cmd::Test { unprivileged } => test(&root, unprivileged),
+        Cmd::Bench => {
+            setup::run()?;
+            build(&root)?;
+            setup::require_root("cargo xtask bench")?;
+            cmd(cargo()
+                .current_dir(&root)
+                .args(["build", "--release", "--package", "netdam-bench"]))?;
+            let results = root.join("results");
+            println!("==> bench: XDP op cost (BPF_PROG_TEST_RUN)");
+            cmd(Command::new(root.join("target/release/netdam-bench"))
+                .args(["xdp-ops", "--json"])
+                .arg(results.join("xdp-ops.json")))
+        }
     }
 }
 

@@ -1,0 +1,184 @@
+//! `netdam-bench`: benchmarks of the XDP program (run by `cargo xtask bench`).
+//!
+//! `xdp-ops`: the cost of each operation inside XDP, measured with
+//! BPF_PROG_TEST_RUN on this CPU. Each run is its own syscall with repeat 1
+//! (with repeat > 1 the kernel reuses the buffer, and an answered request
+//! would come back as its own response); the figure is the median of the
+//! kernel-measured durations, so syscall overhead is not in it.
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, Result};
+use aya::programs::{TestRun, TestRunOptions};
+use clap::{Parser, Subcommand};
+use netdam_common::{
+    frame::netdam_frame,
+    wire::{flags, Alu, Dtype},
+    NetdamHdr, Opcode,
+};
+use netdam_tests::progrun::{load, spec, CLIENT, NODE, RKEY_RW, RW};
+use serde::Serialize;
+
+#[derive(Parser)]
+#[command(name = "netdam-bench", about = "Benchmarks of NetDAM-XDP")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// ns per packet of each op inside XDP (BPF_PROG_TEST_RUN), medians.
+    XdpOps {
+        /// Runs per op.
+        #[arg(long, default_value_t = 20_000)]
+        runs: u32,
+        /// Also write the results as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+}
+
+#[derive(Serialize)]
+struct Row {
+    op: String,
+    payload_bytes: usize,
+    median_ns: u64,
+    p90_ns: u64,
+    /// median / median of the row named in `baseline`.
+    ratio: Option<f64>,
+    baseline: Option<String>,
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().cmd {
+        Cmd::XdpOps { runs, json } => xdp_ops(runs, json),
+    }
+}
+
+fn vector(op: Opcode, dtype: Dtype, alu: Alu, len: usize) -> Vec<u8> {
+    let mut h = NetdamHdr::request(op);
+    h.dtype = dtype as u8;
+    h.alu = alu as u8;
+    h.set_rkey(RKEY_RW);
+    h.set_addr(RW.base);
+    h.set_len(len as u16);
+    let payload: Vec<u8> = (0..len).map(|i| (i * 7 + 1) as u8).collect();
+    netdam_frame(&CLIENT, &NODE, &h, &payload)
+}
+
+fn plain(op: Opcode, len: u16, payload: usize, ack: bool) -> Vec<u8> {
+    let mut h = NetdamHdr::request(op);
+    h.set_rkey(RKEY_RW);
+    h.set_addr(RW.base);
+    h.set_len(len);
+    if ack {
+        h.flags = flags::ACK_REQ;
+    }
+    netdam_frame(&CLIENT, &NODE, &h, &vec![0x5A; payload])
+}
+
+fn xdp_ops(runs: u32, json: Option<PathBuf>) -> Result<()> {
+    let node = load(&spec());
+    // (name, frame, payload bytes, whether memory is zeroed before each run).
+    let mut cases: Vec<(String, Vec<u8>, usize, bool)> = vec![
+        ("NOP".into(), plain(Opcode::Nop, 0, 0, false), 0, false),
+        (
+            "WRITE 1 KiB".into(),
+            plain(Opcode::Write, 1024, 1024, false),
+            1024,
+            false,
+        ),
+        ("READ 1 KiB".into(), plain(Opcode::Read, 1024, 1024, false), 1024, false),
+    ];
+    for d in Dtype::ALL {
+        cases.push((
+            format!("REDUCE 1 KiB {} ADD", d.name()),
+            vector(Opcode::Reduce, *d, Alu::Add, 1024),
+            1024,
+            false,
+        ));
+    }
+    // MAX into zeroed memory changes every element, so every run pays for
+    // every compare-and-swap; the zeroing happens outside the timed run.
+    for d in Dtype::ALL {
+        cases.push((
+            format!("ACCUMULATE 1 KiB {} MAX", d.name()),
+            vector(Opcode::Accumulate, *d, Alu::Max, 1024),
+            1024,
+            true,
+        ));
+    }
+    let zeros = vec![0u8; 1024];
+    let mut rows = Vec::new();
+    for (name, frame, payload, reset) in &cases {
+        eprint!("  {name} ...");
+        let mut out = vec![0u8; frame.len() + 256];
+        let mut ns: Vec<u64> = Vec::with_capacity(runs as usize);
+        for _ in 0..runs {
+            if *reset {
+                node.memory().write(RW.base, &zeros)?;
+            }
+            let opts = TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut out),
+                ..Default::default()
+            };
+            let r = node
+                .program()
+                .test_run(opts)
+                .with_context(|| format!("BPF_PROG_TEST_RUN of {name}"))?;
+            ns.push(r.duration.as_nanos() as u64);
+        }
+        ns.sort_unstable();
+        let row = Row {
+            op: name.clone(),
+            payload_bytes: *payload,
+            median_ns: ns[ns.len() / 2],
+            p90_ns: ns[ns.len() * 9 / 10],
+            ratio: None,
+            baseline: None,
+        };
+        eprintln!(" {} ns", row.median_ns);
+        rows.push(row);
+    }
+    // Each row of an element type against the i32 row of the same op.
+    let medians: Vec<(String, u64)> = rows.iter().map(|r| (r.op.clone(), r.median_ns)).collect();
+    for r in rows.iter_mut() {
+        let Some(base) = [" i64 ", " u32 ", " u64 ", " f32 "]
+            .iter()
+            .find(|t| r.op.contains(*t))
+            .map(|t| r.op.replace(t, " i32 "))
+        else {
+            continue;
+        };
+        if let Some((_, b)) = medians.iter().find(|(op, _)| *op == base) {
+            r.ratio = Some(r.median_ns as f64 / (*b).max(1) as f64);
+            r.baseline = Some(base);
+        }
+    }
+    println!("\nXDP op cost, BPF_PROG_TEST_RUN, {runs} runs each (kernel-measured ns per packet)");
+    println!(
+        "{:<28} {:>8} {:>10} {:>10}  {}",
+        "op", "payload", "median ns", "p90 ns", "ratio"
+    );
+    for r in &rows {
+        let ratio = match (&r.ratio, &r.baseline) {
+            (Some(x), Some(b)) => format!("{x:.2}x {b}"),
+            _ => String::new(),
+        };
+        println!(
+            "{:<28} {:>8} {:>10} {:>10}  {}",
+            r.op, r.payload_bytes, r.median_ns, r.p90_ns, ratio
+        );
+    }
+    if let Some(path) = json {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(&path, serde_json::to_string_pretty(&rows)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("\nwritten: {}", path.display());
+    }
+    Ok(())
+}
