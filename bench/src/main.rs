@@ -159,8 +159,8 @@ fn xdp_ops(runs: u32, json: Option<PathBuf>) -> Result<()> {
     }
     println!("\nXDP op cost, BPF_PROG_TEST_RUN, {runs} runs each (kernel-measured ns per packet)");
     println!(
-        "{:<28} {:>8} {:>10} {:>10}  {}",
-        "op", "payload", "median ns", "p90 ns", "ratio"
+        "{:<28} {:>8} {:>10} {:>10}  ratio",
+        "op", "payload", "median ns", "p90 ns"
     );
     for r in &rows {
         let ratio = match (&r.ratio, &r.baseline) {
