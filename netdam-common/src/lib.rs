@@ -15,6 +15,9 @@ pub mod wire;
 #[cfg(feature = "std")]
 pub mod frame;
 
+#[cfg(feature = "model")]
+pub mod model;
+
 #[cfg(feature = "user")]
 mod pod;
 

@@ -1,7 +1,6 @@
 //! Tier 2: the ALU of the XDP program (REDUCE) against the host's, through BPF_PROG_TEST_RUN.
 
 use netdam_common::{
-    alu::{combine32, combine64},
     config::MEM_CHUNK,
     frame::{netdam_frame, parse_udp},
     wire::{Alu, Dtype},
@@ -47,31 +46,9 @@ fn reduce_frame(dtype: Dtype, alu: Alu, addr: u64, v: &[u8]) -> Vec<u8> {
     netdam_frame(&CLIENT, &NODE, &h, v)
 }
 
-/// The host's REDUCE of `v` with `mem`, element by element, little-endian.
-fn expected(dtype: Dtype, alu: Alu, v: &[u8], mem: &[u8]) -> Vec<u8> {
-    let w = dtype.width() as usize;
-    v.chunks(w)
-        .zip(mem.chunks(w))
-        .flat_map(|(a, b)| {
-            if w == 4 {
-                let r = combine32(
-                    dtype,
-                    alu,
-                    u32::from_le_bytes(a.try_into().unwrap()),
-                    u32::from_le_bytes(b.try_into().unwrap()),
-                );
-                r.to_le_bytes().to_vec()
-            } else {
-                let r = combine64(
-                    dtype,
-                    alu,
-                    u64::from_le_bytes(a.try_into().unwrap()),
-                    u64::from_le_bytes(b.try_into().unwrap()),
-                );
-                r.to_le_bytes().to_vec()
-            }
-        })
-        .collect()
+/// The reference model's element-wise alu(a[i], b[i]).
+fn expected(dtype: Dtype, alu: Alu, a: &[u8], b: &[u8]) -> Vec<u8> {
+    netdam_common::model::combine(dtype, alu, a, b)
 }
 
 #[test]

@@ -1,0 +1,246 @@
+//! The reference model: a plain executor of PROTOCOL.md on a memory image,
+//! written for clarity, not speed. Frame in; verdict, frame out, memory
+//! effects and the counter it bumps out. It is the oracle the XDP program
+//! (and later the HLS port) is checked against.
+//!
+//! Scope: what the data path executes today (docs/conformance.md, "Not
+//! executed yet"): the carrier rules, validation, NOP, WRITE, READ, REDUCE,
+//! ACCUMULATE with MIN/MAX/AND/OR. Every other opcode is BAD_OPCODE after the
+//! header checks, exactly as in the data path.
+
+use std::net::Ipv4Addr;
+
+use crate::{
+    alu::{combine32, combine64},
+    counters::{op_status, Event},
+    validate::{answers, check_access, check_header, len_past_datagram},
+    wire::{flags, is_unanswerable_source, Alu, Dtype, ETH_P_IPV4, HDR_LEN, IPPROTO_UDP, MAGIC},
+    NetdamHdr, Opcode, Region, Status,
+};
+
+/// What a node does with a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    Pass,
+    Drop,
+    Tx,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    pub action: Action,
+    /// The frame after the node: the answer for Tx, the input for Pass.
+    pub frame: Vec<u8>,
+    /// The counter slot bumped, if any.
+    pub counter: Option<u32>,
+}
+
+/// A node: its configuration and its memory image.
+#[derive(Clone, Debug)]
+pub struct ModelNode {
+    pub mac: [u8; 6],
+    pub ip: Ipv4Addr,
+    pub port: u16,
+    pub mtu: u32,
+    pub verify_csum: bool,
+    pub regions: Vec<(u32, Region)>,
+    pub peers: Vec<Ipv4Addr>,
+    pub mem: Vec<u8>,
+}
+
+fn be16(f: &[u8], o: usize) -> u16 {
+    u16::from_be_bytes([f[o], f[o + 1]])
+}
+
+fn ip_at(f: &[u8], o: usize) -> Ipv4Addr {
+    Ipv4Addr::new(f[o], f[o + 1], f[o + 2], f[o + 3])
+}
+
+impl ModelNode {
+    fn outcome(frame: &[u8], action: Action, counter: Option<u32>) -> Outcome {
+        Outcome {
+            action,
+            frame: frame.to_vec(),
+            counter,
+        }
+    }
+
+    /// Processes one frame.
+    pub fn process(&mut self, f: &[u8]) -> Outcome {
+        let pass = Self::outcome(f, Action::Pass, None);
+        let drop = |e: Event| Self::outcome(f, Action::Drop, Some(e as u32));
+        // Section 1: only unicast IPv4/UDP to this node's MAC, IP and port P.
+        if f.len() < 34 || be16(f, 12) != ETH_P_IPV4 || f[0..6] != self.mac {
+            return pass;
+        }
+        let ihl = (f[14] & 0x0F) as usize;
+        if f[14] >> 4 != 4 || ihl < 5 || f[23] != IPPROTO_UDP || ip_at(f, 30) != self.ip {
+            return pass;
+        }
+        let frag = be16(f, 20);
+        if frag & 0x1FFF != 0 {
+            return pass;
+        }
+        let l4 = 14 + ihl * 4;
+        if f.len() < l4 + 8 || be16(f, l4 + 2) != self.port {
+            return pass;
+        }
+        if frag & 0x2000 != 0 {
+            return drop(Event::DropFragment);
+        }
+        let udp_len = be16(f, l4 + 4) as usize;
+        let ip_len = be16(f, 16) as usize;
+        if udp_len < 8 || l4 + udp_len > f.len() || udp_len + ihl * 4 > ip_len {
+            return drop(Event::DropTruncated);
+        }
+        let src = ip_at(f, 26);
+        if is_unanswerable_source(u32::from(src)) {
+            return drop(Event::DropBadSource);
+        }
+        if self.verify_csum && be16(f, l4 + 6) != 0 {
+            let mut seg = f[l4..l4 + udp_len].to_vec();
+            let stored = be16(&seg, 6);
+            seg[6] = 0;
+            seg[7] = 0;
+            if crate::frame::udp_checksum(src, ip_at(f, 30), &seg) != stored {
+                return drop(Event::DropBadChecksum);
+            }
+        }
+        let datagram = &f[l4 + 8..l4 + udp_len];
+        let Some(h) = NetdamHdr::from_bytes(datagram) else {
+            return drop(Event::DropTruncated);
+        };
+        if h.magic != MAGIC {
+            return drop(Event::DropBadMagic);
+        }
+        if h.flags & flags::RESP != 0 {
+            return Self::outcome(f, Action::Pass, Some(Event::PassResponse as u32));
+        }
+        if !self.peers.is_empty() && !self.peers.contains(&src) {
+            return drop(Event::DropNotPeer);
+        }
+        let headers = HDR_LEN + h.sr_len as usize;
+        if headers > datagram.len() {
+            return drop(Event::DropTruncated);
+        }
+        let avail = (datagram.len() - headers) as u32;
+        if len_past_datagram(&h, avail) {
+            return drop(Event::DropLenPastDatagram);
+        }
+        let payload = &datagram[headers..headers + (h.len() as usize).min(avail as usize)];
+        let (status, resp) = match self.execute(&h, avail, payload) {
+            Ok(r) => r,
+            Err(s) => (s, None),
+        };
+        let counter = Some(op_status(h.opcode, status));
+        let op = Opcode::from_u8(h.opcode);
+        let answer = match op {
+            Some(op) => answers(op, h.flags, status),
+            None => true,
+        };
+        if !answer {
+            return Self::outcome(f, Action::Drop, counter);
+        }
+        Outcome {
+            action: Action::Tx,
+            frame: self.answer(f, l4, &h, &datagram[HDR_LEN..headers], status, resp.as_deref()),
+            counter,
+        }
+    }
+
+    /// Validates and executes; the response payload for ops that return one.
+    #[allow(clippy::type_complexity)]
+    fn execute(&mut self, h: &NetdamHdr, avail: u32, payload: &[u8]) -> Result<(Status, Option<Vec<u8>>), Status> {
+        let c = check_header(h, self.mtu, avail)?;
+        let executes = match c.op {
+            Opcode::Nop | Opcode::Write | Opcode::Read | Opcode::Reduce => true,
+            Opcode::Accumulate => matches!(c.vector, Some((_, Alu::Min | Alu::Max | Alu::And | Alu::Or))),
+            _ => false,
+        };
+        if !executes {
+            return Err(Status::BadOpcode);
+        }
+        let region = self.regions.iter().find(|(k, _)| *k == h.rkey()).map(|(_, r)| r);
+        check_access(region, &c, h.addr())?;
+        let a = h.addr() as usize;
+        let n = h.len() as usize;
+        Ok(match c.op {
+            Opcode::Nop => (Status::Ok, None),
+            Opcode::Write => {
+                self.mem[a..a + n].copy_from_slice(payload);
+                (Status::Ok, None)
+            }
+            Opcode::Read => (Status::Ok, Some(self.mem[a..a + n].to_vec())),
+            Opcode::Reduce => {
+                let (d, alu) = c.vector.expect("vector op");
+                (Status::Ok, Some(combine(d, alu, payload, &self.mem[a..a + n])))
+            }
+            Opcode::Accumulate => {
+                let (d, alu) = c.vector.expect("vector op");
+                let r = combine(d, alu, &self.mem[a..a + n], payload);
+                self.mem[a..a + n].copy_from_slice(&r);
+                (Status::Ok, None)
+            }
+            _ => unreachable!("gated above"),
+        })
+    }
+
+    /// The request turned around (section 3).
+    fn answer(&self, f: &[u8], l4: usize, h: &NetdamHdr, sr: &[u8], status: Status, resp: Option<&[u8]>) -> Vec<u8> {
+        let payload = if status == Status::Ok { resp.unwrap_or(&[]) } else { &[] };
+        let udp_len = 8 + HDR_LEN + sr.len() + payload.len();
+        let mut out = Vec::with_capacity(14 + 20 + udp_len);
+        out.extend_from_slice(&f[6..12]);
+        out.extend_from_slice(&f[0..6]);
+        out.extend_from_slice(&ETH_P_IPV4.to_be_bytes());
+        let mut ip = [0u8; 20];
+        ip[0] = 0x45;
+        ip[1] = f[15];
+        ip[2..4].copy_from_slice(&((20 + udp_len) as u16).to_be_bytes());
+        ip[6] = 0x40;
+        ip[8] = 64;
+        ip[9] = IPPROTO_UDP;
+        ip[12..16].copy_from_slice(&f[30..34]);
+        ip[16..20].copy_from_slice(&f[26..30]);
+        let c = crate::wire::ipv4_header_checksum(&ip);
+        ip[10..12].copy_from_slice(&c.to_be_bytes());
+        out.extend_from_slice(&ip);
+        out.extend_from_slice(&f[l4 + 2..l4 + 4]);
+        out.extend_from_slice(&f[l4..l4 + 2]);
+        out.extend_from_slice(&(udp_len as u16).to_be_bytes());
+        out.extend_from_slice(&[0, 0]);
+        let mut rh = *h;
+        rh.make_response(status, payload.len() as u16);
+        out.extend_from_slice(&rh.to_bytes());
+        out.extend_from_slice(sr);
+        out.extend_from_slice(payload);
+        out
+    }
+}
+
+/// alu(a[i], b[i]) element-wise on little-endian vectors.
+pub fn combine(d: Dtype, alu: Alu, a: &[u8], b: &[u8]) -> Vec<u8> {
+    let w = d.width() as usize;
+    a.chunks(w)
+        .zip(b.chunks(w))
+        .flat_map(|(x, y)| {
+            if w == 4 {
+                let r = combine32(
+                    d,
+                    alu,
+                    u32::from_le_bytes(x.try_into().unwrap()),
+                    u32::from_le_bytes(y.try_into().unwrap()),
+                );
+                r.to_le_bytes().to_vec()
+            } else {
+                let r = combine64(
+                    d,
+                    alu,
+                    u64::from_le_bytes(x.try_into().unwrap()),
+                    u64::from_le_bytes(y.try_into().unwrap()),
+                );
+                r.to_le_bytes().to_vec()
+            }
+        })
+        .collect()
+}
