@@ -48,8 +48,12 @@ const fn leading_zeros(mut x: u32) -> u32 {
 
 /// IEEE 754 binary32 addition, round to nearest even, subnormals kept, every
 /// NaN result canonical. Operands and result are the bit patterns.
-#[inline(always)]
-pub const fn f32_add(a: u32, b: u32) -> u32 {
+///
+/// In the XDP program it is a global function: the verifier checks a global
+/// function once, on its own, instead of every path through it at every use.
+#[cfg_attr(target_arch = "bpf", unsafe(no_mangle), inline(never))]
+#[cfg_attr(not(target_arch = "bpf"), inline(always))]
+pub extern "C" fn f32_add(a: u32, b: u32) -> u32 {
     if is_nan(a) || is_nan(b) {
         return F32_CANONICAL_NAN;
     }
@@ -173,7 +177,7 @@ pub const fn f32_max(a: u32, b: u32) -> u32 {
 /// `alu(a, b)` on 32-bit elements (i32, u32, f32). Callers validated the pair
 /// with `validate::check_vector_type`; a bitwise alu on f32 never reaches here.
 #[inline(always)]
-pub const fn combine32(dtype: Dtype, alu: Alu, a: u32, b: u32) -> u32 {
+pub fn combine32(dtype: Dtype, alu: Alu, a: u32, b: u32) -> u32 {
     match (dtype, alu) {
         (Dtype::F32, Alu::Add) => f32_add(a, b),
         (Dtype::F32, Alu::Min) => f32_min(a, b),
