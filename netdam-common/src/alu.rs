@@ -60,9 +60,7 @@ pub extern "C" fn f32_add(a: u32, b: u32) -> u32 {
     let (mut a, mut b) = (a, b);
     // Order by magnitude: |a| >= |b|.
     if a & !SIGN < b & !SIGN {
-        let t = a;
-        a = b;
-        b = t;
+        core::mem::swap(&mut a, &mut b);
     }
     let sign = a & SIGN;
     let ea = (a >> 23) & EXP_MASK;
