@@ -39,6 +39,29 @@ enum Cmd {
     },
 }
 
+/// One benchmarked request.
+struct Case {
+    name: String,
+    frame: Vec<u8>,
+    payload: usize,
+    /// Zero the target memory before each run.
+    zero_memory: bool,
+    /// Give each run a new seq (non-idempotent ops, which repeat otherwise).
+    fresh_seq: bool,
+}
+
+impl Case {
+    fn new(name: &str, frame: Vec<u8>, payload: usize) -> Case {
+        Case {
+            name: name.to_string(),
+            frame,
+            payload,
+            zero_memory: false,
+            fresh_seq: false,
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct Row {
     op: String,
@@ -80,47 +103,57 @@ fn plain(op: Opcode, len: u16, payload: usize, ack: bool) -> Vec<u8> {
 
 fn xdp_ops(runs: u32, json: Option<PathBuf>) -> Result<()> {
     let node = load(&spec());
-    // (name, frame, payload bytes, whether memory is zeroed before each run).
-    let mut cases: Vec<(String, Vec<u8>, usize, bool)> = vec![
-        ("NOP".into(), plain(Opcode::Nop, 0, 0, false), 0, false),
-        (
-            "WRITE 1 KiB".into(),
-            plain(Opcode::Write, 1024, 1024, false),
-            1024,
-            false,
-        ),
-        ("READ 1 KiB".into(), plain(Opcode::Read, 1024, 1024, false), 1024, false),
+    let mut cases = vec![
+        Case::new("NOP", plain(Opcode::Nop, 0, 0, false), 0),
+        Case::new("WRITE 1 KiB", plain(Opcode::Write, 1024, 1024, false), 1024),
+        Case::new("READ 1 KiB", plain(Opcode::Read, 1024, 1024, false), 1024),
+        // Through the at-most-once window: a new seq every run.
+        Case {
+            fresh_seq: true,
+            ..Case::new("FETCH_ADD", plain(Opcode::FetchAdd, 8, 8, false), 8)
+        },
     ];
     for d in Dtype::ALL {
-        cases.push((
-            format!("REDUCE 1 KiB {} ADD", d.name()),
-            vector(Opcode::Reduce, *d, Alu::Add, 1024),
-            1024,
-            false,
-        ));
+        let name = format!("REDUCE 1 KiB {} ADD", d.name());
+        cases.push(Case::new(&name, vector(Opcode::Reduce, *d, Alu::Add, 1024), 1024));
+    }
+    for d in Dtype::ALL {
+        let name = format!("ACCUMULATE 1 KiB {} ADD", d.name());
+        cases.push(Case {
+            fresh_seq: true,
+            ..Case::new(&name, vector(Opcode::Accumulate, *d, Alu::Add, 1024), 1024)
+        });
     }
     // MAX into zeroed memory changes every element, so every run pays for
-    // every compare-and-swap; the zeroing happens outside the timed run.
+    // every compare-and-swap.
     for d in Dtype::ALL {
-        cases.push((
-            format!("ACCUMULATE 1 KiB {} MAX", d.name()),
-            vector(Opcode::Accumulate, *d, Alu::Max, 1024),
-            1024,
-            true,
-        ));
+        let name = format!("ACCUMULATE 1 KiB {} MAX", d.name());
+        cases.push(Case {
+            zero_memory: true,
+            ..Case::new(&name, vector(Opcode::Accumulate, *d, Alu::Max, 1024), 1024)
+        });
     }
     let zeros = vec![0u8; 1024];
     let mut rows = Vec::new();
-    for (name, frame, payload, reset) in &cases {
+    // The NetDAM header's seq field: after Ethernet, IPv4 and UDP, at header offset 8.
+    const SEQ_AT: usize = 14 + 20 + 8 + 8;
+    let mut seq: u32 = 1;
+    for c in &mut cases {
+        let name = &c.name;
         eprint!("  {name} ...");
-        let mut out = vec![0u8; frame.len() + 256];
+        let mut out = vec![0u8; c.frame.len() + 256];
         let mut ns: Vec<u64> = Vec::with_capacity(runs as usize);
         for _ in 0..runs {
-            if *reset {
+            // Both outside the timed run.
+            if c.zero_memory {
                 node.memory().write(RW.base, &zeros)?;
             }
+            if c.fresh_seq {
+                seq = seq.wrapping_add(1);
+                c.frame[SEQ_AT..SEQ_AT + 4].copy_from_slice(&seq.to_be_bytes());
+            }
             let opts = TestRunOptions {
-                data_in: Some(frame),
+                data_in: Some(&c.frame[..]),
                 data_out: Some(&mut out),
                 ..Default::default()
             };
@@ -133,7 +166,7 @@ fn xdp_ops(runs: u32, json: Option<PathBuf>) -> Result<()> {
         ns.sort_unstable();
         let row = Row {
             op: name.clone(),
-            payload_bytes: *payload,
+            payload_bytes: c.payload,
             median_ns: ns[ns.len() / 2],
             p90_ns: ns[ns.len() * 9 / 10],
             ratio: None,

@@ -43,6 +43,10 @@ pub enum Event {
     /// An idempotent ACCUMULATE lost its compare-and-swap to other CPUs 64
     /// times on one element and was answered NOT_READY (the sender retries).
     CasContended,
+    /// A repeat of a non-idempotent request whose first copy is still executing.
+    DropInFlight,
+    /// A non-idempotent request from a new source while the window table is full (answered STALE).
+    WindowFull,
 }
 
 impl Event {
@@ -57,6 +61,8 @@ impl Event {
         Event::PassResponse,
         Event::DropTxFailed,
         Event::CasContended,
+        Event::DropInFlight,
+        Event::WindowFull,
     ];
 
     pub const fn name(self) -> &'static str {
@@ -71,13 +77,15 @@ impl Event {
             Event::PassResponse => "pass_response",
             Event::DropTxFailed => "drop_tx_failed",
             Event::CasContended => "cas_contended",
+            Event::DropInFlight => "drop_in_flight",
+            Event::WindowFull => "window_full",
         }
     }
 }
 
 /// Entries of the counter map.
 pub const COUNTER_SLOTS: u32 = 256;
-const _: () = assert!((Event::CasContended as u32) < COUNTER_SLOTS);
+const _: () = assert!((Event::WindowFull as u32) < COUNTER_SLOTS);
 
 /// Name of the opcode that owns op-counter `slot` (0..OP_SLOTS).
 pub fn op_slot_name(slot: u32) -> &'static str {

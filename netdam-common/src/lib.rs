@@ -10,6 +10,7 @@ pub mod config;
 pub mod counters;
 pub mod region;
 pub mod validate;
+pub mod window;
 pub mod wire;
 
 #[cfg(feature = "std")]

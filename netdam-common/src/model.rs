@@ -5,15 +5,17 @@
 //!
 //! Scope: what the data path executes today (docs/conformance.md, "Not
 //! executed yet"): the carrier rules, validation, NOP, WRITE, READ, REDUCE,
-//! ACCUMULATE with MIN/MAX/AND/OR. Every other opcode is BAD_OPCODE after the
-//! header checks, exactly as in the data path.
+//! ACCUMULATE, FETCH_ADD, CAS, SWAP and the at-most-once window. MSG,
+//! WRITE_NOTIFY and CHAIN are BAD_OPCODE after the header checks, exactly as
+//! in the data path.
 
-use std::net::Ipv4Addr;
+use std::{collections::HashMap, net::Ipv4Addr};
 
 use crate::{
     alu::{combine32, combine64},
     counters::{op_status, Event},
-    validate::{answers, check_access, check_header, len_past_datagram},
+    validate::{answers, check_access, check_header, len_past_datagram, needs_window},
+    window::{judge, state, tag, Slot, Verdict, SLOTS},
     wire::{flags, is_unanswerable_source, Alu, Dtype, ETH_P_IPV4, HDR_LEN, IPPROTO_UDP, MAGIC},
     NetdamHdr, Opcode, Region, Status,
 };
@@ -31,8 +33,8 @@ pub struct Outcome {
     pub action: Action,
     /// The frame after the node: the answer for Tx, the input for Pass.
     pub frame: Vec<u8>,
-    /// The counter slot bumped, if any.
-    pub counter: Option<u32>,
+    /// The counter slots bumped.
+    pub counters: Vec<u32>,
 }
 
 /// A node: its configuration and its memory image.
@@ -46,6 +48,10 @@ pub struct ModelNode {
     pub regions: Vec<(u32, Region)>,
     pub peers: Vec<Ipv4Addr>,
     pub mem: Vec<u8>,
+    /// Sources the window table holds.
+    pub window_sources: usize,
+    /// The at-most-once windows by (source IP, source port).
+    pub windows: HashMap<(Ipv4Addr, u16), Vec<Slot>>,
 }
 
 fn be16(f: &[u8], o: usize) -> u16 {
@@ -57,11 +63,38 @@ fn ip_at(f: &[u8], o: usize) -> Ipv4Addr {
 }
 
 impl ModelNode {
+    /// A node with empty memory and no windows.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        mac: [u8; 6],
+        ip: Ipv4Addr,
+        port: u16,
+        mtu: u32,
+        verify_csum: bool,
+        regions: Vec<(u32, Region)>,
+        peers: Vec<Ipv4Addr>,
+        mem_size: usize,
+        window_sources: usize,
+    ) -> ModelNode {
+        ModelNode {
+            mac,
+            ip,
+            port,
+            mtu,
+            verify_csum,
+            regions,
+            peers,
+            mem: vec![0; mem_size],
+            window_sources,
+            windows: HashMap::new(),
+        }
+    }
+
     fn outcome(frame: &[u8], action: Action, counter: Option<u32>) -> Outcome {
         Outcome {
             action,
             frame: frame.to_vec(),
-            counter,
+            counters: counter.into_iter().collect(),
         }
     }
 
@@ -128,61 +161,118 @@ impl ModelNode {
             return drop(Event::DropLenPastDatagram);
         }
         let payload = &datagram[headers..headers + (h.len() as usize).min(avail as usize)];
-        let (status, resp) = match self.execute(&h, avail, payload) {
+        let source = (src, be16(f, l4));
+        let mut counters = Vec::new();
+        let (status, resp) = match self.execute(&h, avail, payload, source, &mut counters) {
             Ok(r) => r,
             Err(s) => (s, None),
         };
-        let counter = Some(op_status(h.opcode, status));
+        counters.push(op_status(h.opcode, status));
         let op = Opcode::from_u8(h.opcode);
         let answer = match op {
             Some(op) => answers(op, h.flags, status),
             None => true,
         };
         if !answer {
-            return Self::outcome(f, Action::Drop, counter);
+            return Outcome {
+                action: Action::Drop,
+                frame: f.to_vec(),
+                counters,
+            };
         }
+        let frame = self.answer(f, l4, &h, &datagram[HDR_LEN..headers], status, resp.as_deref());
         Outcome {
             action: Action::Tx,
-            frame: self.answer(f, l4, &h, &datagram[HDR_LEN..headers], status, resp.as_deref()),
-            counter,
+            frame,
+            counters,
         }
     }
 
     /// Validates and executes; the response payload for ops that return one.
     #[allow(clippy::type_complexity)]
-    fn execute(&mut self, h: &NetdamHdr, avail: u32, payload: &[u8]) -> Result<(Status, Option<Vec<u8>>), Status> {
+    fn execute(
+        &mut self,
+        h: &NetdamHdr,
+        avail: u32,
+        payload: &[u8],
+        source: (Ipv4Addr, u16),
+        counters: &mut Vec<u32>,
+    ) -> Result<(Status, Option<Vec<u8>>), Status> {
         let c = check_header(h, self.mtu, avail)?;
-        let executes = match c.op {
-            Opcode::Nop | Opcode::Write | Opcode::Read | Opcode::Reduce => true,
-            Opcode::Accumulate => matches!(c.vector, Some((_, Alu::Min | Alu::Max | Alu::And | Alu::Or))),
-            _ => false,
-        };
-        if !executes {
+        if matches!(c.op, Opcode::Msg | Opcode::WriteNotify | Opcode::Chain) {
             return Err(Status::BadOpcode);
         }
         let region = self.regions.iter().find(|(k, _)| *k == h.rkey()).map(|(_, r)| r);
         check_access(region, &c, h.addr())?;
+        if needs_window(&c) {
+            if !self.windows.contains_key(&source) && self.windows.len() >= self.window_sources {
+                counters.push(Event::WindowFull as u32);
+                return Err(Status::Stale);
+            }
+            let slots = self
+                .windows
+                .entry(source)
+                .or_insert_with(|| vec![Slot::default(); SLOTS]);
+            let slot = &mut slots[h.seq() as usize % SLOTS];
+            match judge(slot.tag, h.seq()) {
+                Verdict::Claim => {}
+                Verdict::Repeat if c.op == Opcode::Accumulate => return Err(Status::Duplicate),
+                Verdict::Repeat => return Ok((Status::Ok, Some(slot.old.to_le_bytes().to_vec()))),
+                // A single-threaded model never leaves a slot executing.
+                Verdict::InFlight => unreachable!("no concurrency in the model"),
+                Verdict::Stale => return Err(Status::Stale),
+            }
+            let r = self.run(&c, h, payload);
+            let old = match &r {
+                Some(v) if c.op != Opcode::Accumulate => u64::from_le_bytes(v[..8].try_into().unwrap()),
+                _ => 0,
+            };
+            let slots = self.windows.get_mut(&source).expect("claimed above");
+            slots[h.seq() as usize % SLOTS] = Slot {
+                tag: tag(h.seq(), state::DONE),
+                old,
+            };
+            return Ok((Status::Ok, r));
+        }
+        Ok((Status::Ok, self.run(&c, h, payload)))
+    }
+
+    /// Executes a validated request; the response payload if the op has one.
+    fn run(&mut self, c: &crate::validate::Checked, h: &NetdamHdr, payload: &[u8]) -> Option<Vec<u8>> {
         let a = h.addr() as usize;
         let n = h.len() as usize;
-        Ok(match c.op {
-            Opcode::Nop => (Status::Ok, None),
+        let word = |mem: &[u8]| u64::from_le_bytes(mem[a..a + 8].try_into().unwrap());
+        let operand = |i: usize| u64::from_le_bytes(payload[i * 8..i * 8 + 8].try_into().unwrap());
+        match c.op {
+            Opcode::Nop => None,
             Opcode::Write => {
                 self.mem[a..a + n].copy_from_slice(payload);
-                (Status::Ok, None)
+                None
             }
-            Opcode::Read => (Status::Ok, Some(self.mem[a..a + n].to_vec())),
+            Opcode::Read => Some(self.mem[a..a + n].to_vec()),
             Opcode::Reduce => {
                 let (d, alu) = c.vector.expect("vector op");
-                (Status::Ok, Some(combine(d, alu, payload, &self.mem[a..a + n])))
+                Some(combine(d, alu, payload, &self.mem[a..a + n]))
             }
             Opcode::Accumulate => {
                 let (d, alu) = c.vector.expect("vector op");
                 let r = combine(d, alu, &self.mem[a..a + n], payload);
                 self.mem[a..a + n].copy_from_slice(&r);
-                (Status::Ok, None)
+                None
             }
-            _ => unreachable!("gated above"),
-        })
+            Opcode::FetchAdd | Opcode::Swap | Opcode::Cas => {
+                let old = word(&self.mem);
+                let new = match c.op {
+                    Opcode::FetchAdd => old.wrapping_add(operand(0)),
+                    Opcode::Swap => operand(0),
+                    _ if old == operand(0) => operand(1),
+                    _ => old,
+                };
+                self.mem[a..a + 8].copy_from_slice(&new.to_le_bytes());
+                Some(old.to_le_bytes().to_vec())
+            }
+            Opcode::Msg | Opcode::WriteNotify | Opcode::Chain => unreachable!("gated above"),
+        }
     }
 
     /// The request turned around (section 3).

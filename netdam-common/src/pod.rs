@@ -6,3 +6,9 @@ use crate::{NodeConfig, Region};
 // fields, so every bit pattern is valid and there are no implicit holes.
 unsafe impl aya::Pod for NodeConfig {}
 unsafe impl aya::Pod for Region {}
+
+use crate::window::{SourceKey, Window};
+
+// SAFETY: repr(C) integers with explicit padding, as above.
+unsafe impl aya::Pod for SourceKey {}
+unsafe impl aya::Pod for Window {}

@@ -137,6 +137,17 @@ pub fn check_access(region: Option<&Region>, c: &Checked, addr: u64) -> Result<(
     Ok(())
 }
 
+/// Non-idempotent requests run through the at-most-once window (section 7):
+/// ACCUMULATE with ADD or XOR, FETCH_ADD, CAS, SWAP.
+#[inline(always)]
+pub const fn needs_window(c: &Checked) -> bool {
+    match c.op {
+        Opcode::Accumulate => matches!(c.vector, Some((_, Alu::Add | Alu::Xor))),
+        Opcode::FetchAdd | Opcode::Cas | Opcode::Swap => true,
+        _ => false,
+    }
+}
+
 /// Whether a request with `req_flags` that ended with `status` is answered
 /// (section 3).
 #[inline(always)]

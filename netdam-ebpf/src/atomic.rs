@@ -21,3 +21,31 @@ pub unsafe fn cmpxchg64(p: *mut u64, old: u64, new: u64) -> u64 {
     }
     seen
 }
+
+/// Atomically `*p += v`; returns the old value.
+///
+/// # Safety
+/// As `cmpxchg64`.
+#[inline(always)]
+pub unsafe fn fetch_add64(p: *mut u64, v: u64) -> u64 {
+    let mut r = v;
+    // SAFETY: the caller's pointer.
+    unsafe {
+        core::arch::asm!("{r} = atomic_fetch_add((u64 *)({p} + 0), {r})", p = in(reg) p, r = inout(reg) r, options(nostack));
+    }
+    r
+}
+
+/// Atomically `*p = v`; returns the old value.
+///
+/// # Safety
+/// As `cmpxchg64`.
+#[inline(always)]
+pub unsafe fn xchg64(p: *mut u64, v: u64) -> u64 {
+    let mut r = v;
+    // SAFETY: the caller's pointer.
+    unsafe {
+        core::arch::asm!("{r} = xchg_64({p} + 0, {r})", p = in(reg) p, r = inout(reg) r, options(nostack));
+    }
+    r
+}

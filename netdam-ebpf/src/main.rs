@@ -13,6 +13,7 @@ mod memory;
 mod ops;
 mod respond;
 mod vector;
+mod window;
 
 use aya_ebpf::{bindings::xdp_action, helpers::generated::bpf_xdp_get_buff_len, macros::xdp, programs::XdpContext};
 use netdam_common::counters::Event;

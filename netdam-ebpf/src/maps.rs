@@ -9,6 +9,7 @@ use aya_ebpf::{
 use netdam_common::{
     config::{MAX_PAYLOAD, MEM_CHUNK, PEER_SLOTS, REGION_SLOTS},
     counters::{Event, COUNTER_SLOTS},
+    window::{SourceKey, Window},
     NodeConfig, Region,
 };
 
@@ -27,6 +28,15 @@ pub static REGIONS: HashMap<u32, Region> = HashMap::with_max_entries(REGION_SLOT
 /// Peer IPv4 addresses (network order) -> 1.
 #[map(name = "NETDAM_PEERS")]
 pub static PEERS: HashMap<u32, u8> = HashMap::with_max_entries(PEER_SLOTS, 0);
+
+/// At-most-once windows by source; the controller sets max_entries
+/// (--window-sources) and removes idle windows (--window-idle).
+#[map(name = "NETDAM_WINDOWS")]
+pub static WINDOWS: HashMap<SourceKey, Window> = HashMap::with_max_entries(1024, 0);
+
+/// A window of zeros to insert new sources from (never written).
+#[map(name = "NETDAM_ZERO_WINDOW")]
+pub static ZERO_WINDOW: Array<Window> = Array::with_max_entries(1, 0);
 
 #[map(name = "NETDAM_COUNTERS")]
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);

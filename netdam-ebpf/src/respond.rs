@@ -39,13 +39,25 @@ pub fn payload_offset(req: &Request) -> u32 {
 /// transmits. Call after `turn_around` and after placing the payload.
 #[inline(always)]
 pub fn finish(ctx: &XdpContext, req: &Request, status: Status, resp_len: u32) -> Result<u32, Verdict> {
+    if write_answer(ctx, req, status as u8, resp_len) == 0 {
+        Ok(xdp_action::XDP_TX)
+    } else {
+        Err(TX_FAILED)
+    }
+}
+
+/// The body of `finish`, not inlined: the header buffers get their own stack
+/// frame, off the call chain of the vector callbacks. Returns 0 or -1.
+#[inline(never)]
+fn write_answer(ctx: &XdpContext, req: &Request, status: u8, resp_len: u32) -> i32 {
+    let status = Status::from_u8(status).unwrap_or(Status::Ok);
     let new_len = payload_offset(req) + resp_len;
     // SAFETY: plain helper calls on this frame; the stores are from stack
     // buffers of exactly the size passed.
     unsafe {
         let cur = aya_ebpf::helpers::generated::bpf_xdp_get_buff_len(ctx.ctx) as u32;
         if cur > new_len && bpf_xdp_adjust_tail(ctx.ctx, -((cur - new_len) as i32)) != 0 {
-            return Err(TX_FAILED);
+            return -1;
         }
         let mut carrier = carrier_for(req, new_len);
         let mut hdr = req.hdr;
@@ -58,10 +70,10 @@ pub fn finish(ctx: &XdpContext, req: &Request, status: Status, resp_len: u32) ->
                 HDR_LEN as u32,
             ) != 0
         {
-            return Err(TX_FAILED);
+            return -1;
         }
     }
-    Ok(xdp_action::XDP_TX)
+    0
 }
 
 /// An answer without payload: the status alone.

@@ -170,8 +170,10 @@ unsafe extern "C" fn reduce_step(i: u64, ctx: *mut c_void) -> i64 {
 }
 
 /// Compare-and-swap attempts per element before ACCUMULATE gives up. Each
-/// failed attempt means another CPU changed that very word in between.
-const CAS_ATTEMPTS: u32 = 64;
+/// failed attempt means another CPU changed that very word in between, so
+/// giving up needs 65536 updates of one word by others during one attempt
+/// loop. The bound costs nothing to verify: the attempt is a bpf_loop callback.
+const CAS_ATTEMPTS: u32 = 1 << 16;
 
 /// One element's update: the 8-byte word that holds it, and its operand.
 #[repr(C)]

@@ -348,6 +348,42 @@ impl Client {
             .await
     }
 
+    /// FETCH_ADD: `mem64[addr] += v`; returns the old value.
+    pub async fn fetch_add(&self, rkey: u32, addr: u64, v: u64) -> Result<u64, ClientError> {
+        self.atomic(Opcode::FetchAdd, rkey, addr, &[v]).await
+    }
+
+    /// CAS: `mem64[addr] = new` if it holds `expected`; returns the old value.
+    pub async fn cas(&self, rkey: u32, addr: u64, expected: u64, new: u64) -> Result<u64, ClientError> {
+        self.atomic(Opcode::Cas, rkey, addr, &[expected, new]).await
+    }
+
+    /// SWAP: `mem64[addr] = new`; returns the old value.
+    pub async fn swap(&self, rkey: u32, addr: u64, new: u64) -> Result<u64, ClientError> {
+        self.atomic(Opcode::Swap, rkey, addr, &[new]).await
+    }
+
+    /// An atomic. Every attempt reuses the request's seq, so the node's
+    /// at-most-once window executes it once and answers a repeat with the
+    /// stored old value (section 7).
+    async fn atomic(&self, op: Opcode, rkey: u32, addr: u64, operands: &[u64]) -> Result<u64, ClientError> {
+        let payload: Vec<u8> = operands.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut h = NetdamHdr::request(op);
+        h.set_rkey(rkey);
+        h.set_addr(addr);
+        h.set_len(payload.len() as u16);
+        let r = self.request(h, &payload, true).await?;
+        let old: [u8; 8] =
+            r.payload
+                .get(..8)
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(|| ClientError::Malformed {
+                    node: self.node,
+                    what: format!("{} answered with {} payload bytes, not 8", op.name(), r.payload.len()),
+                })?;
+        Ok(u64::from_le_bytes(old))
+    }
+
     /// Bytes of vector per request: the MTU's payload, in whole elements.
     fn vector_unit(&self, op: &'static str, dtype: Dtype, v: &[u8]) -> Result<usize, ClientError> {
         let w = dtype.width() as usize;

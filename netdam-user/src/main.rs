@@ -10,7 +10,10 @@ use netdam_common::{
     Region,
 };
 use netdam_user::{
-    args::{format_values, parse_alu, parse_dtype, parse_region, parse_rkey, parse_size, parse_values, perm_letters},
+    args::{
+        format_values, parse_alu, parse_dtype, parse_number, parse_region, parse_rkey, parse_size, parse_values,
+        perm_letters,
+    },
     controller::{pins, AttachMode, Interface, Node, NodeSpec},
     stats::Stats,
     testbed::Testbed,
@@ -49,6 +52,12 @@ enum Cmd {
     Reduce(VectorArgs),
     /// Combine a vector into a node's memory, element by element, atomically.
     Accumulate(VectorArgs),
+    /// Atomically add to a u64 in a node's memory; prints the old value.
+    FetchAdd(AtomicArgs),
+    /// Atomically replace a u64 if it holds --expected; prints the old value.
+    Cas(AtomicArgs),
+    /// Atomically replace a u64; prints the old value.
+    Swap(AtomicArgs),
     /// Print a local node's counters (requests by opcode and status, drops).
     Stats(StatsArgs),
     /// Remove a local node's pinned maps: its memory and counters are lost.
@@ -110,6 +119,14 @@ struct ServeArgs {
     /// Verify UDP checksums of requests and drop the ones that are wrong.
     #[arg(long)]
     verify_csum: bool,
+    /// Sources the at-most-once window table holds (16 KiB of memory each);
+    /// a new source finds it full is answered STALE for non-idempotent ops.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    window_sources: u32,
+    /// Seconds after which an idle source's window is removed. Clients must
+    /// stop retransmitting before then (netdam's give up after retries x timeout).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    window_idle: u64,
     #[command(flatten)]
     pins: PinDirArgs,
 }
@@ -219,6 +236,20 @@ struct VectorArgs {
 }
 
 #[derive(Args)]
+struct AtomicArgs {
+    #[command(flatten)]
+    node: NodeArgs,
+    #[command(flatten)]
+    place: Place,
+    /// The operand: what to add (fetch-add) or the new value (cas, swap).
+    #[arg(long, value_parser = parse_number)]
+    value: u64,
+    /// cas only: the value the word must hold.
+    #[arg(long, value_parser = parse_number)]
+    expected: Option<u64>,
+}
+
+#[derive(Args)]
 struct StatsArgs {
     /// Interface of the node (its default pin directory).
     #[arg(long, required_unless_present = "pin_dir")]
@@ -261,6 +292,34 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Ping(a) => ping(a).await,
         Cmd::Write(a) => write(a).await,
         Cmd::Read(a) => read(a).await,
+        Cmd::FetchAdd(a) => {
+            let old = a
+                .node
+                .client()
+                .await?
+                .fetch_add(a.place.rkey, a.place.addr, a.value)
+                .await?;
+            println!("{old}");
+            Ok(())
+        }
+        Cmd::Cas(a) => {
+            let Some(expected) = a.expected else {
+                bail!("cas needs --expected (the value the word must hold)")
+            };
+            let old = a
+                .node
+                .client()
+                .await?
+                .cas(a.place.rkey, a.place.addr, expected, a.value)
+                .await?;
+            println!("{old}{}", if old == expected { "" } else { " (not swapped)" });
+            Ok(())
+        }
+        Cmd::Swap(a) => {
+            let old = a.node.client().await?.swap(a.place.rkey, a.place.addr, a.value).await?;
+            println!("{old}");
+            Ok(())
+        }
         Cmd::Reduce(a) => {
             let v = parse_values(&a.values, a.dtype)?;
             let r = a
@@ -343,6 +402,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
         regions: a.regions.clone(),
         peers: a.peers.clone(),
         verify_csum: a.verify_csum,
+        window_sources: a.window_sources,
     };
     let pin_dir = a.pins.pin_dir.clone().unwrap_or_else(|| pins::default_dir(&a.iface));
     let mut node = Node::load(&spec, Some(&pin_dir)).context("loading the NetDAM data path")?;
@@ -380,8 +440,17 @@ async fn serve(a: ServeArgs) -> Result<()> {
         }
         None => None,
     };
+    let idle = Duration::from_secs(a.window_idle);
+    let mut sweep = tokio::time::interval(idle / 4);
     loop {
         tokio::select! {
+            _ = sweep.tick() => {
+                match node.expire_windows(idle) {
+                    Ok(0) => {}
+                    Ok(n) => log::debug!("removed {n} idle at-most-once window(s)"),
+                    Err(e) => log::warn!("sweeping idle windows: {e}"),
+                }
+            }
             _ = tokio::signal::ctrl_c() => { log::info!("Ctrl-C: detaching"); break; }
             _ = term.recv() => { log::info!("SIGTERM: detaching"); break; }
             r = async { match &log_fd { Some(fd) => fd.readable().await.map(|mut g| g.clear_ready()), None => std::future::pending().await } } => {

@@ -50,6 +50,7 @@ pub fn spec() -> NodeSpec {
         regions: vec![(RKEY_RW, RW), (RKEY_RO, RO)],
         peers: vec![],
         verify_csum: false,
+        window_sources: 64,
     }
 }
 

@@ -202,14 +202,36 @@ fn accumulate_with_idempotent_operators_matches_the_host_alu() {
 }
 
 #[test]
-fn non_idempotent_accumulate_waits_for_the_at_most_once_window() {
+fn accumulate_add_and_xor_match_the_host_alu_and_apply_once() {
     let node = load(&spec());
-    for alu in [Alu::Add, Alu::Xor] {
-        let o = run(&node, &accumulate_frame(Dtype::U32, alu, RW.base, &[1; 16], 1));
-        assert_eq!(status_of(&o), Some(Status::BadOpcode), "{alu:?}");
-        let mut m = [0u8; 16];
-        node.memory().read(RW.base, &mut m).unwrap();
-        assert_eq!(m, [0; 16], "{alu:?} was not executed");
+    let mut rng = Rng(0xADD);
+    let addr = MEM_CHUNK as u64 - 720;
+    for &dtype in Dtype::ALL {
+        for alu in [Alu::Add, Alu::Xor] {
+            if dtype == Dtype::F32 && alu.is_bitwise() {
+                continue;
+            }
+            let w = dtype.width();
+            let gen = |rng: &mut Rng| -> Vec<u8> {
+                (0..1440 / w)
+                    .flat_map(|_| rng.element(w).to_le_bytes()[..w as usize].to_vec())
+                    .collect()
+            };
+            let mem = gen(&mut rng);
+            let v = gen(&mut rng);
+            node.memory().write(addr, &mem).unwrap();
+            let seq = rng.next() as u32;
+            let f = accumulate_frame(dtype, alu, addr, &v, seq);
+            assert_eq!(status_of(&run(&node, &f)), Some(Status::Ok), "{dtype:?} {alu:?}");
+            let mut after = vec![0u8; mem.len()];
+            node.memory().read(addr, &mut after).unwrap();
+            assert_eq!(after, expected(dtype, alu, &mem, &v), "{dtype:?} {alu:?}");
+            // The retransmission (same seq) is a DUPLICATE and changes nothing.
+            assert_eq!(status_of(&run(&node, &f)), Some(Status::Duplicate), "{dtype:?} {alu:?}");
+            let mut again = vec![0u8; mem.len()];
+            node.memory().read(addr, &mut again).unwrap();
+            assert_eq!(again, after, "{dtype:?} {alu:?} applied twice");
+        }
     }
 }
 

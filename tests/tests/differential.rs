@@ -161,22 +161,36 @@ fn model_and_xdp_program_agree_frame_by_frame() {
         .unwrap_or(0x5EED_0001);
     let s = spec();
     let node = load(&s);
-    let mut model = ModelNode {
-        mac: s.mac,
-        ip: s.ipv4,
-        port: s.port,
-        mtu: s.mtu,
-        verify_csum: s.verify_csum,
-        regions: s.regions.clone(),
-        peers: s.peers.clone(),
-        mem: vec![0; s.mem_size as usize],
-    };
+    let mut model = ModelNode::new(
+        s.mac,
+        s.ipv4,
+        s.port,
+        s.mtu,
+        s.verify_csum,
+        s.regions.clone(),
+        s.peers.clone(),
+        s.mem_size as usize,
+        s.window_sources as usize,
+    );
     let mut counters = vec![0u64; netdam_common::counters::COUNTER_SLOTS as usize];
     let mut rng = Rng(seed | 1);
     let mut seen = std::collections::BTreeMap::<&str, u64>::new();
     let started = std::time::Instant::now();
+    // Recent frames, resent now and then as retransmissions, so that the
+    // at-most-once window's repeats and stale answers are compared too.
+    let mut recent: Vec<Vec<u8>> = Vec::new();
     for i in 0..frames {
-        let f = generate(&mut rng);
+        let f = if !recent.is_empty() && rng.chance(10) {
+            recent[rng.below(recent.len() as u64) as usize].clone()
+        } else {
+            let f = generate(&mut rng);
+            if recent.len() < 64 {
+                recent.push(f.clone());
+            } else {
+                recent[rng.below(64) as usize] = f.clone();
+            }
+            f
+        };
         let want = model.process(&f);
         let got = run(&node, &f);
         let fail = |what: &str| -> ! {
@@ -198,8 +212,8 @@ fn model_and_xdp_program_agree_frame_by_frame() {
         if action != Action::Drop && got.frame != want.frame {
             fail("output frames differ");
         }
-        if let Some(c) = want.counter {
-            counters[c as usize] += 1;
+        for c in &want.counters {
+            counters[*c as usize] += 1;
         }
         *seen
             .entry(match want.action {

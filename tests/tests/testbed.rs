@@ -378,3 +378,38 @@ fn reduce_and_accumulate_from_the_command_line() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("is not a u32 value"));
 }
+
+#[test]
+fn atomics_from_the_command_line() {
+    let tb = testbed(2);
+    let _served = serve(&tb, 0, "64MiB");
+    let node = tb.hosts[0].ip.to_string();
+    let atomic = |op: &str, extra: &[&str]| {
+        let args = [&[op, "--node", &node, "--rkey", "0x1234", "--addr", "0x200"][..], extra].concat();
+        ok(&netdam(&tb, 1, &args)).trim().to_string()
+    };
+    assert_eq!(atomic("fetch-add", &["--value", "5"]), "0");
+    assert_eq!(atomic("fetch-add", &["--value", "0x10"]), "5");
+    assert_eq!(atomic("swap", &["--value", "100"]), "21");
+    assert_eq!(atomic("cas", &["--expected", "7", "--value", "1"]), "100 (not swapped)");
+    assert_eq!(atomic("cas", &["--expected", "100", "--value", "1"]), "100");
+    assert_eq!(atomic("fetch-add", &["--value", "0"]), "1");
+    // Misaligned: a clear refusal, exit code 4.
+    let o = netdam(
+        &tb,
+        1,
+        &[
+            "fetch-add",
+            "--node",
+            &node,
+            "--rkey",
+            "0x1234",
+            "--addr",
+            "0x204",
+            "--value",
+            "1",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(4));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("MISALIGNED"));
+}

@@ -21,6 +21,7 @@ pub use memory::NetdamMemory;
 use netdam_common::{
     config::{cfg_flags, MEM_CHUNK, MEM_MAX, REGION_SLOTS},
     counters::COUNTER_SLOTS,
+    window::{SourceKey, Window},
     NodeConfig, Region,
 };
 pub use netif::Interface;
@@ -36,8 +37,10 @@ pub const MAP_CONFIG: &str = "NETDAM_CONFIG";
 pub const MAP_REGIONS: &str = "NETDAM_REGIONS";
 pub const MAP_PEERS: &str = "NETDAM_PEERS";
 pub const MAP_COUNTERS: &str = "NETDAM_COUNTERS";
-/// The maps kept in the pin directory: state that must survive `serve`.
-pub const PINNED_MAPS: [&str; 5] = [MAP_MEM, MAP_CONFIG, MAP_REGIONS, MAP_PEERS, MAP_COUNTERS];
+pub const MAP_WINDOWS: &str = "NETDAM_WINDOWS";
+/// The maps kept in the pin directory: state that must survive `serve`
+/// (memory, windows and counters, section 8; config so other commands can read it).
+pub const PINNED_MAPS: [&str; 6] = [MAP_MEM, MAP_CONFIG, MAP_REGIONS, MAP_PEERS, MAP_COUNTERS, MAP_WINDOWS];
 
 #[derive(Debug, Error)]
 pub enum ControllerError {
@@ -62,6 +65,8 @@ pub enum ControllerError {
         size: u64,
         mem_size: u64,
     },
+    #[error("--window-sources must be at least 1")]
+    WindowSources,
     #[error("{count} regions given; the region table holds {max}")]
     TooManyRegions { count: usize, max: u32 },
     #[error(
@@ -113,6 +118,8 @@ pub struct NodeSpec {
     pub regions: Vec<(u32, Region)>,
     pub peers: Vec<Ipv4Addr>,
     pub verify_csum: bool,
+    /// Sources the at-most-once window table holds (16 KiB each).
+    pub window_sources: u32,
 }
 
 impl NodeSpec {
@@ -137,6 +144,9 @@ impl NodeSpec {
 
     fn check(&self) -> Result<(), ControllerError> {
         let m = self.mem_size;
+        if self.window_sources == 0 {
+            return Err(ControllerError::WindowSources);
+        }
         if m == 0 || !m.is_multiple_of(MEM_CHUNK as u64) || m > MEM_MAX {
             let nearest = m.clamp(MEM_CHUNK as u64, MEM_MAX).next_multiple_of(MEM_CHUNK as u64) >> 10;
             return Err(ControllerError::MemSize { given: m, nearest });
@@ -178,6 +188,7 @@ impl Node {
         let chunks = (spec.mem_size / MEM_CHUNK as u64) as u32;
         let mut loader = EbpfLoader::new();
         loader.map_max_entries(MAP_MEM, chunks);
+        loader.map_max_entries(MAP_WINDOWS, spec.window_sources);
         // The XDP program's aya-log statements below the host's log level cost one load and a branch.
         let level = log::max_level() as u8;
         loader.override_global(aya_log::LEVEL, &level, false);
@@ -185,7 +196,11 @@ impl Node {
         let paths: Vec<(&str, PathBuf)> = match pin_dir {
             Some(dir) => {
                 pins::prepare_dir(dir)?;
-                reused = pins::check_compatible(dir, NETDAM_XDP, &HashMap::from([(MAP_MEM, chunks)]))?;
+                reused = pins::check_compatible(
+                    dir,
+                    NETDAM_XDP,
+                    &HashMap::from([(MAP_MEM, chunks), (MAP_WINDOWS, spec.window_sources)]),
+                )?;
                 PINNED_MAPS.iter().map(|m| (*m, dir.join(m))).collect()
             }
             None => Vec::new(),
@@ -344,6 +359,30 @@ impl Node {
         }
     }
 
+    /// Removes the at-most-once windows of sources idle for longer than
+    /// `idle`; returns how many. A source's retransmissions must stop within
+    /// `idle` (the client's give up after retries x timeout), so a removed
+    /// window can never see a repeat of a request it executed.
+    pub fn expire_windows(&mut self, idle: std::time::Duration) -> Result<usize, ControllerError> {
+        let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+            .map_err(|e| ControllerError::Io("clock_gettime".into(), e.into()))?;
+        let now_ns = now.tv_sec() as u64 * 1_000_000_000 + now.tv_nsec() as u64;
+        let mut windows: BpfHashMap<_, SourceKey, Window> =
+            BpfHashMap::try_from(self.ebpf.map_mut(MAP_WINDOWS).expect("windows map"))
+                .map_err(|e| ControllerError::Map(MAP_WINDOWS, e))?;
+        let idle_ns = idle.as_nanos() as u64;
+        let old: Vec<SourceKey> = windows
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, w)| now_ns.saturating_sub(w.last_used_ns) > idle_ns)
+            .map(|(k, _)| k)
+            .collect();
+        for k in &old {
+            let _ = windows.remove(k);
+        }
+        Ok(old.len())
+    }
+
     /// The counters, summed over CPUs.
     pub fn counters(&self) -> Result<Vec<u64>, ControllerError> {
         let m = self.ebpf.map(MAP_COUNTERS).expect("counters map");
@@ -443,6 +482,7 @@ mod tests {
             regions,
             peers: vec![Ipv4Addr::new(198, 18, 0, 2)],
             verify_csum: true,
+            window_sources: 4,
         }
     }
 
