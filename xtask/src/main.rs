@@ -34,6 +34,14 @@ enum Cmd {
         #[command(subcommand)]
         cmd: TestbedCmd,
     },
+    /// Differential fuzzing: N seeded frames through the reference model and
+    /// the XDP program side by side (root); prints the seed and frame of any difference.
+    Fuzz {
+        #[arg(long, default_value_t = 1_000_000)]
+        frames: u64,
+        #[arg(long, default_value_t = 0x5EED_0001)]
+        seed: u64,
+    },
     /// Set up, build, run the benchmarks; results (JSON) go under results/ (not committed).
     Bench,
     /// Set up, build, run every test: host unit tests, then (as root) the XDP program
@@ -100,6 +108,26 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Cmd::Test { unprivileged } => test(&root, unprivileged),
+        Cmd::Fuzz { frames, seed } => {
+            setup::run()?;
+            build(&root)?;
+            setup::require_root("cargo xtask fuzz")?;
+            println!("==> fuzz: {frames} frames, seed {seed:#x}");
+            cmd(cargo()
+                .current_dir(&root)
+                .env("NETDAM_FUZZ_FRAMES", frames.to_string())
+                .env("NETDAM_FUZZ_SEED", seed.to_string())
+                .args([
+                    "test",
+                    "--release",
+                    "--package",
+                    "netdam-tests",
+                    "--test",
+                    "differential",
+                    "--",
+                    "--nocapture",
+                ]))
+        }
         Cmd::Bench => {
             setup::run()?;
             build(&root)?;
