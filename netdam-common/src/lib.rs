@@ -19,6 +19,9 @@ pub mod frame;
 #[cfg(feature = "model")]
 pub mod model;
 
+#[cfg(feature = "model")]
+pub mod vectors;
+
 #[cfg(feature = "user")]
 mod pod;
 

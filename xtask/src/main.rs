@@ -34,6 +34,8 @@ enum Cmd {
         #[command(subcommand)]
         cmd: TestbedCmd,
     },
+    /// Regenerate tests/vectors/ (the conformance vectors) from the reference model.
+    Vectors,
     /// Differential fuzzing: N seeded frames through the reference model and
     /// the XDP program side by side (root); prints the seed and frame of any difference.
     Fuzz {
@@ -108,6 +110,18 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Cmd::Test { unprivileged } => test(&root, unprivileged),
+        Cmd::Vectors => cmd(cargo().current_dir(&root).args([
+            "run",
+            "--release",
+            "--package",
+            "netdam-common",
+            "--features",
+            "model",
+            "--bin",
+            "netdam-vectors",
+            "--",
+            "tests/vectors",
+        ])),
         Cmd::Fuzz { frames, seed } => {
             setup::run()?;
             build(&root)?;
@@ -180,6 +194,16 @@ fn test(root: &Path, unprivileged: bool) -> Result<()> {
     build(root)?;
     println!("==> tier 1: host unit tests (no root)");
     cmd(cargo().current_dir(root).args(["test", "--release", "--tests"]))?;
+    // The reference model and the check that tests/vectors/ is what it generates.
+    cmd(cargo().current_dir(root).args([
+        "test",
+        "--release",
+        "--tests",
+        "--package",
+        "netdam-common",
+        "--features",
+        "model",
+    ]))?;
     if unprivileged {
         println!("tiers 2 and 3 skipped (--unprivileged)");
         return Ok(());

@@ -1,0 +1,952 @@
+//! The conformance vectors: frames, their expected verdicts and answers, and
+//! memory before and after, generated from the reference model. Language
+//! neutral (JSON lines, bytes as hex) so that the XDP program, the HLS port
+//! and anything else that speaks PROTOCOL.md are held to the same cases.
+//! Format and coverage: tests/vectors/README.md.
+
+use std::{collections::BTreeMap, net::Ipv4Addr};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    frame::{netdam_frame, udp_frame, Endpoint, Ipv4Opts},
+    model::{Action, ModelNode},
+    region::perm,
+    wire::{flags, Alu, Dtype, DEFAULT_PORT},
+    NetdamHdr, Opcode, Region,
+};
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegionCfg {
+    pub rkey: u32,
+    pub base: u64,
+    pub size: u64,
+    /// Bits: 1 READ, 2 WRITE, 4 ATOMIC, 8 MSG.
+    pub perms: u32,
+}
+
+/// The node a vector runs on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeCfg {
+    pub mac: String,
+    pub ip: Ipv4Addr,
+    pub port: u16,
+    pub mtu: u32,
+    pub mem_size: u64,
+    pub verify_csum: bool,
+    pub window_sources: u32,
+    pub regions: Vec<RegionCfg>,
+    pub peers: Vec<Ipv4Addr>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Segment {
+    pub addr: u64,
+    pub hex: String,
+}
+
+/// One frame in, what comes out.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    pub input: String,
+    /// "tx", "pass" or "drop".
+    pub verdict: String,
+    /// The answer for tx, the untouched input for pass, empty for drop.
+    pub output: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Vector {
+    pub name: String,
+    /// The rule of PROTOCOL.md it checks, "§section: rule".
+    pub rule: String,
+    pub node: NodeCfg,
+    /// Memory before the first step (everything else is zero).
+    pub memory: Vec<Segment>,
+    /// Frames in order on one node; window state carries from step to step.
+    pub steps: Vec<Step>,
+    /// Memory after the last step, for the ranges the vector touches and their neighbours.
+    pub memory_after: Vec<Segment>,
+}
+
+pub fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+pub fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+impl NodeCfg {
+    pub fn mac_bytes(&self) -> [u8; 6] {
+        unhex(&self.mac).try_into().expect("6-byte MAC")
+    }
+
+    pub fn regions(&self) -> Vec<(u32, Region)> {
+        self.regions
+            .iter()
+            .map(|r| {
+                (
+                    r.rkey,
+                    Region {
+                        base: r.base,
+                        size: r.size,
+                        perms: r.perms,
+                        _reserved: 0,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    pub fn model(&self) -> ModelNode {
+        ModelNode::new(
+            self.mac_bytes(),
+            self.ip,
+            self.port,
+            self.mtu,
+            self.verify_csum,
+            self.regions(),
+            self.peers.clone(),
+            self.mem_size as usize,
+            self.window_sources as usize,
+        )
+    }
+}
+
+pub const NODE_MAC: [u8; 6] = [0x02, 0xDA, 0, 0, 0, 1];
+pub const NODE_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 1);
+pub const RKEY_RW: u32 = 0x1234;
+pub const RKEY_RO: u32 = 0x5678;
+/// [0x1000, +256 KiB): spans the chunk boundaries at 0x10000..0x40000.
+pub const RW_BASE: u64 = 0x1000;
+pub const RW_SIZE: u64 = 256 << 10;
+pub const RO_BASE: u64 = 0x80000;
+pub const RO_SIZE: u64 = 4096;
+
+pub fn default_node() -> NodeCfg {
+    NodeCfg {
+        mac: hex(&NODE_MAC),
+        ip: NODE_IP,
+        port: DEFAULT_PORT,
+        mtu: 1500,
+        mem_size: 1 << 20,
+        verify_csum: false,
+        window_sources: 256,
+        regions: vec![
+            RegionCfg {
+                rkey: RKEY_RW,
+                base: RW_BASE,
+                size: RW_SIZE,
+                perms: perm::ALL,
+            },
+            RegionCfg {
+                rkey: RKEY_RO,
+                base: RO_BASE,
+                size: RO_SIZE,
+                perms: perm::READ,
+            },
+        ],
+        peers: vec![],
+    }
+}
+
+/// Builds vectors: each gets its own client port, so that windows of
+/// different vectors never meet on a node that runs them all.
+struct Gen {
+    vectors: Vec<Vector>,
+    rng: u64,
+}
+
+type Frames = Vec<Vec<u8>>;
+
+impl Gen {
+    fn client(&self) -> Endpoint {
+        Endpoint {
+            mac: [0x02, 0xDA, 0, 0, 0, 2],
+            ip: Ipv4Addr::new(198, 18, 0, 2),
+            port: 20000 + self.vectors.len() as u16,
+        }
+    }
+
+    fn node(&self) -> Endpoint {
+        Endpoint {
+            mac: NODE_MAC,
+            ip: NODE_IP,
+            port: DEFAULT_PORT,
+        }
+    }
+
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                self.rng ^= self.rng << 13;
+                self.rng ^= self.rng >> 7;
+                self.rng ^= self.rng << 17;
+                (self.rng >> 24) as u8
+            })
+            .collect()
+    }
+
+    /// A vector: `frames` on `node` with `memory` placed first; the memory
+    /// ranges `watch` (address, length) are recorded after.
+    fn case(
+        &mut self,
+        name: &str,
+        rule: &str,
+        node: &NodeCfg,
+        memory: &[(u64, Vec<u8>)],
+        frames: Frames,
+        watch: &[(u64, usize)],
+    ) {
+        let mut m = node.model();
+        for (a, b) in memory {
+            m.mem[*a as usize..*a as usize + b.len()].copy_from_slice(b);
+        }
+        let steps = frames
+            .iter()
+            .map(|f| {
+                let o = m.process(f);
+                let verdict = match o.action {
+                    Action::Tx => "tx",
+                    Action::Pass => "pass",
+                    Action::Drop => "drop",
+                };
+                let output = if o.action == Action::Drop {
+                    String::new()
+                } else {
+                    hex(&o.frame)
+                };
+                Step {
+                    input: hex(f),
+                    verdict: verdict.into(),
+                    output,
+                }
+            })
+            .collect();
+        let memory_after = watch
+            .iter()
+            .map(|(a, n)| Segment {
+                addr: *a,
+                hex: hex(&m.mem[*a as usize..*a as usize + n]),
+            })
+            .collect();
+        self.vectors.push(Vector {
+            name: name.into(),
+            rule: rule.into(),
+            node: node.clone(),
+            memory: memory.iter().map(|(a, b)| Segment { addr: *a, hex: hex(b) }).collect(),
+            steps,
+            memory_after,
+        });
+    }
+
+    fn frame(&self, h: &NetdamHdr, rest: &[u8]) -> Vec<u8> {
+        netdam_frame(&self.client(), &self.node(), h, rest)
+    }
+}
+
+fn req(op: Opcode, rkey: u32, addr: u64, len: u16) -> NetdamHdr {
+    let mut h = NetdamHdr::request(op);
+    h.set_rkey(rkey);
+    h.set_addr(addr);
+    h.set_len(len);
+    h.set_seq(0x0100);
+    h.set_tag(0x7A6);
+    h
+}
+
+fn acked(mut h: NetdamHdr) -> NetdamHdr {
+    h.flags |= flags::ACK_REQ;
+    h
+}
+
+fn vector_req(op: Opcode, d: Dtype, a: Alu, addr: u64, len: u16) -> NetdamHdr {
+    let mut h = req(op, RKEY_RW, addr, len);
+    h.dtype = d as u8;
+    h.alu = a as u8;
+    h
+}
+
+/// Every vector, in a fixed order.
+pub fn generate() -> Vec<Vector> {
+    let mut g = Gen {
+        vectors: Vec::new(),
+        rng: 0x5EED_CAFE,
+    };
+    let n = default_node();
+    let end = RW_BASE + RW_SIZE;
+
+    // Section 3: NOP, WRITE, READ, and the header checks of section 5.
+    let f = g.frame(&req(Opcode::Nop, 0, 0, 0), &[]);
+    g.case(
+        "nop",
+        "§3: NOP answers OK, no payload, checks no key",
+        &n,
+        &[],
+        vec![f],
+        &[],
+    );
+    let f = g.frame(&acked(req(Opcode::Nop, 0, 0, 0)), &[]);
+    g.case("nop_ack_req", "§3: the answer keeps ACK_REQ", &n, &[], vec![f], &[]);
+    let f = g.frame(&req(Opcode::Nop, 0, 0, 4), &[0; 4]);
+    g.case(
+        "nop_with_len",
+        "§3: len 0 is required for NOP (BAD_LENGTH)",
+        &n,
+        &[],
+        vec![f],
+        &[],
+    );
+    let mut h = req(Opcode::Nop, 0, 0, 4);
+    h.version = 2;
+    h.opcode = 0x7F;
+    let f = g.frame(&h, &[0; 4]);
+    g.case(
+        "bad_version_first",
+        "§5: BAD_VERSION is checked first",
+        &n,
+        &[],
+        vec![f],
+        &[],
+    );
+    let mut h = req(Opcode::Nop, 0, 0, 0);
+    h.opcode = 0x7F;
+    let f = g.frame(&h, &[]);
+    g.case(
+        "bad_opcode",
+        "§5: an unknown opcode is BAD_OPCODE",
+        &n,
+        &[],
+        vec![f],
+        &[],
+    );
+    let mut h = acked(req(Opcode::Write, RKEY_RW, RW_BASE, 4));
+    h.sr_len = 24;
+    let f = g.frame(&h, &[0; 28]);
+    g.case(
+        "sr_on_write",
+        "§5: sr_len on an op other than CHAIN is BAD_SR (docs/conformance.md 1)",
+        &n,
+        &[],
+        vec![f],
+        &[(RW_BASE, 8)],
+    );
+    for (name, rule, addr, len) in [
+        (
+            "write_first_byte",
+            "§3: bounds, the first byte of a region",
+            RW_BASE,
+            1u16,
+        ),
+        ("write_last_byte", "§3: bounds, the last byte of a region", end - 1, 1),
+        (
+            "write_one_past",
+            "§3: bounds, one byte past the region is OUT_OF_BOUNDS, nothing written",
+            end - 1,
+            2,
+        ),
+        (
+            "write_before_base",
+            "§3: bounds, one byte before the region",
+            RW_BASE - 1,
+            2,
+        ),
+        ("write_len_0_at_end", "§3: len 0 is valid for WRITE", end, 0),
+        (
+            "write_max_len",
+            "§1: a payload up to the MTU (1440 bytes at 1500)",
+            0x10000 - 700,
+            1440,
+        ),
+    ] {
+        let data = g.bytes(len as usize);
+        let f = g.frame(&acked(req(Opcode::Write, RKEY_RW, addr, len)), &data);
+        g.case(
+            name,
+            rule,
+            &n,
+            &[],
+            vec![f],
+            &[(addr.saturating_sub(4).max(RW_BASE - 8), len as usize + 8)],
+        );
+    }
+    let data = g.bytes(64);
+    let f = g.frame(&req(Opcode::Write, RKEY_RW, RW_BASE + 64, 64), &data);
+    g.case(
+        "write_unacked",
+        "§3: WRITE answers only with ACK_REQ or an error",
+        &n,
+        &[],
+        vec![f],
+        &[(RW_BASE + 60, 72)],
+    );
+    let mem = g.bytes(1440);
+    for (name, rule, addr, len, pad) in [
+        (
+            "read_across_chunks",
+            "§3: READ returns the memory; ranges may cross internal chunks",
+            0x10000 - 700,
+            1440u16,
+            1440usize,
+        ),
+        ("read_len_0", "§3: len 0 is valid for READ", 0x10000 - 700, 0, 0),
+        (
+            "read_without_padding",
+            "§3: a READ without its padding is BAD_LENGTH",
+            0x10000 - 700,
+            64,
+            63,
+        ),
+        (
+            "read_too_large",
+            "§5: an answer larger than the MTU is TOO_LARGE",
+            0x10000 - 700,
+            1441,
+            1441,
+        ),
+    ] {
+        let f = g.frame(&req(Opcode::Read, RKEY_RW, addr, len), &vec![0; pad]);
+        g.case(name, rule, &n, &[(0x10000 - 700, mem.clone())], vec![f], &[]);
+    }
+    let f = g.frame(&acked(req(Opcode::Write, 0xBAD, RW_BASE, 4)), &[1; 4]);
+    g.case(
+        "bad_key",
+        "§8: a rkey that names no region is BAD_KEY",
+        &n,
+        &[],
+        vec![f],
+        &[(RW_BASE, 8)],
+    );
+    let f = g.frame(&acked(req(Opcode::Write, RKEY_RO, RO_BASE, 4)), &[1; 4]);
+    g.case(
+        "forbidden",
+        "§3: WRITE needs WRITE permission (FORBIDDEN)",
+        &n,
+        &[],
+        vec![f],
+        &[(RO_BASE, 8)],
+    );
+    let f = g.frame(&req(Opcode::Read, RKEY_RO, RW_BASE, 4), &[0; 4]);
+    g.case(
+        "range_in_other_region",
+        "§8: the range must lie in the region the rkey names",
+        &n,
+        &[],
+        vec![f],
+        &[],
+    );
+
+    // Section 4: every dtype x alu, for REDUCE and ACCUMULATE, across a chunk boundary.
+    let at = 0x10000 - 32;
+    for &d in Dtype::ALL {
+        for &a in Alu::ALL {
+            let v = g.bytes(64);
+            let m = g.bytes(64);
+            let bad = d == Dtype::F32 && a.is_bitwise();
+            let f = g.frame(&vector_req(Opcode::Reduce, d, a, at, 64), &v);
+            let what = if bad {
+                "a bitwise alu on f32 is BAD_DTYPE"
+            } else {
+                "v[i] = alu(v[i], mem[i]), memory unchanged"
+            };
+            g.case(
+                &format!("reduce_{}_{}", d.name(), a.name().to_lowercase()),
+                &format!("§4: REDUCE {} {}: {what}", d.name(), a.name()),
+                &n,
+                &[(at, m.clone())],
+                vec![f],
+                &[(at, 64)],
+            );
+            let f = g.frame(&acked(vector_req(Opcode::Accumulate, d, a, at, 64)), &v);
+            let what = if bad {
+                "a bitwise alu on f32 is BAD_DTYPE"
+            } else {
+                "mem[i] = alu(mem[i], v[i])"
+            };
+            g.case(
+                &format!("accumulate_{}_{}", d.name(), a.name().to_lowercase()),
+                &format!("§4: ACCUMULATE {} {}: {what}", d.name(), a.name()),
+                &n,
+                &[(at, m)],
+                vec![f],
+                &[(at - 8, 80)],
+            );
+        }
+    }
+    let f = g.frame(
+        &vector_req(Opcode::Reduce, Dtype::I64, Alu::Add, RW_BASE + 4, 16),
+        &[0; 16],
+    );
+    g.case(
+        "vector_misaligned_addr",
+        "§3: vector ops need addr aligned to the element width (MISALIGNED)",
+        &n,
+        &[],
+        vec![f],
+        &[],
+    );
+    let f = g.frame(&vector_req(Opcode::Reduce, Dtype::I32, Alu::Add, RW_BASE, 6), &[0; 6]);
+    g.case(
+        "vector_misaligned_len",
+        "§3: vector ops need len aligned to the element width",
+        &n,
+        &[],
+        vec![f],
+        &[],
+    );
+    let mut h = vector_req(Opcode::Reduce, Dtype::I32, Alu::Add, RW_BASE, 8);
+    h.dtype = 9;
+    let f = g.frame(&h, &[0; 8]);
+    g.case(
+        "unknown_dtype",
+        "§4: an unknown dtype is BAD_DTYPE",
+        &n,
+        &[],
+        vec![f],
+        &[],
+    );
+    // f32 specials: NaN canonical, signed zeros, subnormals.
+    let specials: Vec<u8> = [0x7FC0_0001u32, 0x8000_0000, 0x0000_0001, 0x7F80_0000]
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .collect();
+    let mem: Vec<u8> = [0x3F80_0000u32, 0x8000_0000, 0x807F_FFFF, 0xFF80_0000]
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .collect();
+    let f = g.frame(
+        &vector_req(Opcode::Reduce, Dtype::F32, Alu::Add, RW_BASE, 16),
+        &specials,
+    );
+    g.case(
+        "f32_add_specials",
+        "§4: f32 ADD: canonical NaN, signed zeros, subnormals, inf - inf",
+        &n,
+        &[(RW_BASE, mem.clone())],
+        vec![f],
+        &[],
+    );
+    let f = g.frame(
+        &vector_req(Opcode::Reduce, Dtype::F32, Alu::Min, RW_BASE, 16),
+        &specials,
+    );
+    g.case(
+        "f32_min_specials",
+        "§4: f32 MIN: a NaN yields the other operand, -0 < +0",
+        &n,
+        &[(RW_BASE, mem)],
+        vec![f],
+        &[],
+    );
+
+    // Atomics (section 3) and the at-most-once window (section 7).
+    let w = RW_BASE + 0x800;
+    let word = |v: u64| v.to_le_bytes().to_vec();
+    let fa = |g: &Gen, seq: u32, v: u64| {
+        let mut h = req(Opcode::FetchAdd, RKEY_RW, w, 8);
+        h.set_seq(seq);
+        g.frame(&h, &v.to_le_bytes())
+    };
+    let f = fa(&g, 1, 5);
+    g.case(
+        "fetch_add",
+        "§3: FETCH_ADD adds and answers the old value",
+        &n,
+        &[(w, word(100))],
+        vec![f],
+        &[(w, 8)],
+    );
+    let mut h = req(Opcode::Swap, RKEY_RW, w, 8);
+    h.set_seq(1);
+    let f = g.frame(&h, &word(7));
+    g.case(
+        "swap",
+        "§3: SWAP stores and answers the old value",
+        &n,
+        &[(w, word(100))],
+        vec![f],
+        &[(w, 8)],
+    );
+    for (name, expected) in [("cas_hit", 100u64), ("cas_miss", 99)] {
+        let mut h = req(Opcode::Cas, RKEY_RW, w, 16);
+        h.set_seq(1);
+        let mut p = word(expected);
+        p.extend(word(9));
+        let f = g.frame(&h, &p);
+        g.case(
+            name,
+            "§3: CAS stores new only if memory holds expected; answers the old value",
+            &n,
+            &[(w, word(100))],
+            vec![f],
+            &[(w, 8)],
+        );
+    }
+    let f = g.frame(&req(Opcode::FetchAdd, RKEY_RW, w + 4, 8), &word(1));
+    g.case(
+        "atomic_misaligned",
+        "§3: atomics need addr aligned to 8",
+        &n,
+        &[],
+        vec![f],
+        &[],
+    );
+    let f = g.frame(&req(Opcode::Cas, RKEY_RW, w, 8), &word(1));
+    g.case("cas_bad_length", "§3: CAS needs len 16", &n, &[], vec![f], &[]);
+    let f = g.frame(&req(Opcode::FetchAdd, RKEY_RO, RO_BASE, 8), &word(1));
+    g.case(
+        "atomic_forbidden",
+        "§3: atomics need ATOMIC permission",
+        &n,
+        &[],
+        vec![f],
+        &[],
+    );
+    let f = fa(&g, 7, 1);
+    g.case(
+        "repeat_answered_from_window",
+        "§7: a repeated atomic is answered OK with the stored old value, not executed again",
+        &n,
+        &[(w, word(40))],
+        vec![f.clone(), f],
+        &[(w, 8)],
+    );
+    let (f1, f2) = (fa(&g, 10, 1), fa(&g, 5, 1));
+    g.case(
+        "reorder_inside_window",
+        "§7: an earlier seq in another slot still executes (reordering)",
+        &n,
+        &[],
+        vec![f1, f2],
+        &[(w, 8)],
+    );
+    let (f1, f2, f3) = (fa(&g, 1000, 1), fa(&g, 2024, 1), fa(&g, 1000, 1));
+    g.case(
+        "stale_after_slot_reuse",
+        "§7: a seq earlier than its slot's is STALE and not executed",
+        &n,
+        &[],
+        vec![f1, f2, f3],
+        &[(w, 8)],
+    );
+    let mut h = acked(vector_req(Opcode::Accumulate, Dtype::U32, Alu::Add, RW_BASE, 8));
+    h.set_seq(3);
+    let f = g.frame(&h, &[1, 0, 0, 0, 2, 0, 0, 0]);
+    g.case(
+        "accumulate_add_duplicate",
+        "§7: a repeated ACCUMULATE ADD is DUPLICATE and not applied again",
+        &n,
+        &[],
+        vec![f.clone(), f],
+        &[(RW_BASE, 8)],
+    );
+    let full = NodeCfg {
+        window_sources: 1,
+        ..default_node()
+    };
+    let first = fa(&g, 1, 1);
+    let mut other = g.client();
+    other.port += 10_000;
+    let mut h = req(Opcode::FetchAdd, RKEY_RW, w, 8);
+    h.set_seq(1);
+    let second = netdam_frame(&other, &g.node(), &h, &word(1));
+    g.case(
+        "window_table_full",
+        "§7: a new source finding the window table full is STALE, not executed (docs/conformance.md 12)",
+        &full,
+        &[],
+        vec![first, second],
+        &[(w, 8)],
+    );
+
+    // Section 1: the carrier.
+    let nop = req(Opcode::Nop, 0, 0, 0);
+    let c = g.client();
+    let node = g.node();
+    let mut arp = vec![0xFF; 6];
+    arp.extend_from_slice(&c.mac);
+    arp.extend_from_slice(&[0x08, 0x06, 0, 1, 8, 0, 6, 4, 0, 1]);
+    arp.extend_from_slice(&c.mac);
+    arp.extend_from_slice(&c.ip.octets());
+    arp.extend_from_slice(&[0; 6]);
+    arp.extend_from_slice(&NODE_IP.octets());
+    g.case("arp_passes", "§1: ARP is passed untouched", &n, &[], vec![arp], &[]);
+    let f = udp_frame(
+        &c,
+        &Endpoint {
+            port: DEFAULT_PORT + 1,
+            ..node
+        },
+        &Ipv4Opts::default(),
+        &nop.to_bytes(),
+    );
+    g.case(
+        "other_udp_port_passes",
+        "§1: UDP to another port is passed untouched",
+        &n,
+        &[],
+        vec![f],
+        &[],
+    );
+    let f = udp_frame(
+        &c,
+        &Endpoint { mac: [0xFF; 6], ..node },
+        &Ipv4Opts::default(),
+        &nop.to_bytes(),
+    );
+    g.case(
+        "broadcast_mac_passes",
+        "§1: broadcast frames are passed untouched",
+        &n,
+        &[],
+        vec![f],
+        &[],
+    );
+    let f = udp_frame(
+        &c,
+        &node,
+        &Ipv4Opts {
+            frag: 0x2000,
+            ..Default::default()
+        },
+        &nop.to_bytes(),
+    );
+    g.case(
+        "first_fragment_dropped",
+        "§1: a first IP fragment to port P is dropped",
+        &n,
+        &[],
+        vec![f],
+        &[],
+    );
+    let f = udp_frame(
+        &c,
+        &node,
+        &Ipv4Opts {
+            frag: 185,
+            ..Default::default()
+        },
+        &nop.to_bytes(),
+    );
+    g.case(
+        "later_fragment_passes",
+        "§1: later fragments are passed untouched",
+        &n,
+        &[],
+        vec![f],
+        &[],
+    );
+    let mut h = nop;
+    h.magic = 0xDB;
+    let f = g.frame(&h, &[]);
+    g.case("bad_magic_dropped", "§5: bad magic is dropped", &n, &[], vec![f], &[]);
+    let f = udp_frame(&c, &node, &Ipv4Opts::default(), &nop.to_bytes()[..20]);
+    g.case(
+        "truncated_header_dropped",
+        "§5: a truncated NetDAM header is dropped",
+        &n,
+        &[],
+        vec![f],
+        &[],
+    );
+    let f = g.frame(&req(Opcode::Write, RKEY_RW, RW_BASE, 100), &[0; 99]);
+    g.case(
+        "len_past_datagram_dropped",
+        "§5: len larger than the datagram is dropped",
+        &n,
+        &[],
+        vec![f],
+        &[(RW_BASE, 100)],
+    );
+    let f = netdam_frame(
+        &Endpoint {
+            ip: Ipv4Addr::LOCALHOST,
+            ..c
+        },
+        &node,
+        &nop,
+        &[],
+    );
+    g.case(
+        "loopback_source_dropped",
+        "§1: a source in 127.0.0.0/8 is never answered",
+        &n,
+        &[],
+        vec![f],
+        &[],
+    );
+    let mut h = req(Opcode::Write, RKEY_RW, RW_BASE, 4);
+    h.flags = flags::RESP;
+    let f = g.frame(&h, &[1; 4]);
+    g.case(
+        "response_goes_to_host",
+        "§3: a RESP packet is never executed; it is passed to the host",
+        &n,
+        &[],
+        vec![f],
+        &[(RW_BASE, 4)],
+    );
+    let opts = Ipv4Opts {
+        options: vec![1, 1, 1, 0],
+        tos: 0x28,
+        ..Default::default()
+    };
+    let mut body = req(Opcode::Read, RKEY_RW, RW_BASE, 16).to_bytes().to_vec();
+    body.extend_from_slice(&[0; 16]);
+    let f = udp_frame(&c, &node, &opts, &body);
+    let mem = g.bytes(16);
+    g.case(
+        "ip_options_dropped_in_answer",
+        "§3: the answer has IHL 5, TOS copied, ID 0, DF, TTL 64",
+        &n,
+        &[(RW_BASE, mem)],
+        vec![f],
+        &[],
+    );
+    let mut f = g.frame(&nop, &[]);
+    f.extend_from_slice(&[0xEE; 18]);
+    g.case(
+        "ethernet_padding_ignored",
+        "§1: the datagram ends where the UDP length says",
+        &n,
+        &[],
+        vec![f],
+        &[],
+    );
+    let peers = NodeCfg {
+        peers: vec![Ipv4Addr::new(198, 18, 0, 2)],
+        ..default_node()
+    };
+    let f = netdam_frame(
+        &Endpoint {
+            ip: Ipv4Addr::new(198, 18, 0, 99),
+            ..c
+        },
+        &node,
+        &acked(req(Opcode::Write, RKEY_RW, RW_BASE, 4)),
+        &[1; 4],
+    );
+    let f2 = g.frame(&nop, &[]);
+    g.case(
+        "non_peer_dropped",
+        "§1: with a peer table, a non-peer is dropped and a peer is answered",
+        &peers,
+        &[],
+        vec![f, f2],
+        &[(RW_BASE, 4)],
+    );
+    let csum = NodeCfg {
+        verify_csum: true,
+        ..default_node()
+    };
+    let good = g.frame(&nop, &[]);
+    let mut bad = good.clone();
+    bad[40] ^= 0x55;
+    g.case(
+        "verify_csum",
+        "§1: with --verify-csum a wrong UDP checksum is dropped (docs/conformance.md 5)",
+        &csum,
+        &[],
+        vec![bad, good],
+        &[],
+    );
+    g.vectors
+}
+
+/// The vectors as JSON lines.
+pub fn to_jsonl(v: &[Vector]) -> String {
+    v.iter()
+        .map(|x| serde_json::to_string(x).expect("serialize") + "\n")
+        .collect()
+}
+
+pub fn from_jsonl(s: &str) -> Vec<Vector> {
+    s.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("a vector"))
+        .collect()
+}
+
+const README_HEAD: &str = "# Conformance vectors
+
+`netdam.jsonl` holds the vectors, one JSON object a line, generated from the
+reference model (`netdam-common/src/model.rs`) by `cargo xtask vectors`;
+this page is generated with them. Do not edit either by hand: a test fails
+when the checked-in set differs from what the model generates.
+
+Fields of a vector:
+
+| field | meaning |
+|---|---|
+| name | unique name |
+| rule | the rule of PROTOCOL.md it checks, \"§section: rule\" |
+| node | the node: mac (hex), ip, port (P), mtu, mem_size, verify_csum, window_sources, regions (rkey, base, size, perms: 1 READ 2 WRITE 4 ATOMIC 8 MSG), peers |
+| memory | segments (addr, hex) placed in zeroed NetDAM memory before the first step |
+| steps | frames in order on the same node (window state carries over): input (hex Ethernet frame), verdict (tx, pass or drop), output (the answer for tx, the untouched input for pass, empty for drop) |
+| memory_after | segments (addr, hex) memory must hold after the last step |
+
+Every vector's client uses its own UDP source port, so an implementation may
+run all vectors of one node configuration on one node in any order, resetting
+memory between them. No vector depends on a choice PROTOCOL.md leaves free
+(which window an LRU evicts, timing, concurrency).
+
+Not covered yet (and why): NOT_READY (only under compare-and-swap contention
+or CHAIN readiness, neither deterministic nor executed yet), NO_RECEIVER, MSG,
+WRITE_NOTIFY and CHAIN (not executed yet: their issues add them), header split.
+
+## Rules and the vectors that check them
+
+";
+
+/// tests/vectors/README.md: the format and the table of rules and the vectors that check them.
+pub fn readme(v: &[Vector]) -> String {
+    let mut by_rule: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for x in v {
+        by_rule.entry(x.rule.as_str()).or_default().push(x.name.as_str());
+    }
+    let mut out = String::from(README_HEAD);
+    out.push_str("| rule of PROTOCOL.md | vectors |\n|---|---|\n");
+    for (rule, names) in by_rule {
+        out.push_str(&format!("| {} | {} |\n", rule.replace('|', "\\|"), names.join(", ")));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The checked-in vectors are what the model generates now.
+    #[test]
+    fn checked_in_vectors_match_the_model() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/vectors/netdam.jsonl");
+        let on_disk =
+            std::fs::read_to_string(path).expect("tests/vectors/netdam.jsonl (make it with `cargo xtask vectors`)");
+        let v = generate();
+        assert!(
+            on_disk == to_jsonl(&v),
+            "tests/vectors/netdam.jsonl differs from what the model generates: run `cargo xtask vectors` and review the diff"
+        );
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/vectors/README.md"))
+            .unwrap_or_default();
+        assert!(
+            readme == super::readme(&v),
+            "tests/vectors/README.md is stale: run `cargo xtask vectors`"
+        );
+    }
+
+    #[test]
+    fn names_are_unique_and_rules_are_named() {
+        let v = generate();
+        let mut names: Vec<&str> = v.iter().map(|x| x.name.as_str()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), v.len());
+        assert!(v.iter().all(|x| x.rule.starts_with('§')));
+        assert!(from_jsonl(&to_jsonl(&v)) == v);
+    }
+}
