@@ -675,6 +675,38 @@ pub fn generate() -> Vec<Vector> {
     arp.extend_from_slice(&[0; 6]);
     arp.extend_from_slice(&NODE_IP.octets());
     g.case("arp_passes", "§1: ARP is passed untouched", &n, &[], vec![arp], &[]);
+    for (name, proto) in [("icmp_passes", 1u8), ("tcp_to_port_p_passes", 6)] {
+        let mut f = udp_frame(&c, &node, &Ipv4Opts::default(), &nop.to_bytes());
+        f[23] = proto;
+        g.case(
+            name,
+            "§1: IPv4 other than UDP is passed untouched",
+            &n,
+            &[],
+            vec![f],
+            &[],
+        );
+    }
+    let mut v6 = NODE_MAC.to_vec();
+    v6.extend_from_slice(&c.mac);
+    v6.extend_from_slice(&[0x86, 0xDD, 0x60, 0, 0, 0, 0, 40, 17, 64]);
+    v6.extend_from_slice(&[0xFE, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2]);
+    v6.extend_from_slice(&[0xFE, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+    v6.extend_from_slice(&[0x9C, 0x40, (DEFAULT_PORT >> 8) as u8, DEFAULT_PORT as u8, 0, 40, 0, 0]);
+    v6.extend_from_slice(&nop.to_bytes());
+    g.case("ipv6_passes", "§1: IPv6 is passed untouched", &n, &[], vec![v6], &[]);
+    let plain = g.frame(&nop, &[]);
+    let mut vlan = plain[..12].to_vec();
+    vlan.extend_from_slice(&[0x81, 0x00, 0x00, 0x05]);
+    vlan.extend_from_slice(&plain[12..]);
+    g.case(
+        "vlan_tagged_passes",
+        "§1: VLAN-tagged frames it does not parse are passed untouched",
+        &n,
+        &[],
+        vec![vlan],
+        &[],
+    );
     let f = udp_frame(
         &c,
         &Endpoint {

@@ -413,3 +413,78 @@ fn atomics_from_the_command_line() {
     assert_eq!(o.status.code(), Some(4));
     assert!(String::from_utf8_lossy(&o.stderr).contains("MISALIGNED"));
 }
+
+#[test]
+fn concurrent_clients_get_exact_totals() {
+    let tb = testbed(3);
+    let _served = serve(&tb, 0, "64MiB");
+    let node = tb.hosts[0].ip;
+    const OPS: u64 = 1000;
+    const ELEMS: usize = 180;
+    // Two clients on each of two hosts, at once: FETCH_ADD on one word and
+    // ACCUMULATE i64 ADD on one vector. Retransmissions reuse the seq, so
+    // the window keeps the totals exact even when an answer is lost.
+    let clients: Vec<_> = [1usize, 1, 2, 2]
+        .into_iter()
+        .map(|h| {
+            std::thread::spawn({
+                let netns = tb.hosts[h].netns.clone();
+                move || {
+                    netdam_user::testbed::in_netns(&netns, move || {
+                        let rt = tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build()
+                            .unwrap();
+                        rt.block_on(async {
+                            let c = netdam_user::Client::connect(node, netdam_user::ClientConfig::default())
+                                .await
+                                .unwrap();
+                            let ones: Vec<u8> = (0..ELEMS).flat_map(|_| 1i64.to_le_bytes()).collect();
+                            for _ in 0..OPS {
+                                c.fetch_add(0x1234, 0x100, 1).await.unwrap();
+                                c.accumulate(
+                                    0x1234,
+                                    0x1000,
+                                    netdam_common::wire::Dtype::I64,
+                                    netdam_common::wire::Alu::Add,
+                                    &ones,
+                                )
+                                .await
+                                .unwrap();
+                            }
+                        })
+                    })
+                    .unwrap()
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().expect("client");
+    }
+    let total = tb
+        .in_host(1, move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let c = netdam_user::Client::connect(node, netdam_user::ClientConfig::default())
+                    .await
+                    .unwrap();
+                (
+                    c.fetch_add(0x1234, 0x100, 0).await.unwrap(),
+                    c.read(0x1234, 0x1000, ELEMS * 8, &|_| {}).await.unwrap(),
+                )
+            })
+        })
+        .unwrap();
+    assert_eq!(total.0, 4 * OPS, "FETCH_ADD total");
+    for (i, e) in total.1.chunks(8).enumerate() {
+        assert_eq!(
+            i64::from_le_bytes(e.try_into().unwrap()),
+            4 * OPS as i64,
+            "element {i} of the ACCUMULATE total"
+        );
+    }
+}
