@@ -36,3 +36,42 @@ pub fn netdam_bin() -> std::path::PathBuf {
     );
     p
 }
+
+/// A seeded xorshift generator: tests and fuzzing reproduce from the seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// A pin directory of the test's own, removed on drop (also on panic).
+pub struct PinDir(pub std::path::PathBuf);
+
+impl PinDir {
+    /// /sys/fs/bpf/netdam-test-PID-NAME.
+    pub fn new(name: &str) -> PinDir {
+        PinDir(std::path::PathBuf::from(format!(
+            "/sys/fs/bpf/netdam-test-{}-{name}",
+            std::process::id()
+        )))
+    }
+}
+
+impl Drop for PinDir {
+    fn drop(&mut self) {
+        let _ = netdam_user::controller::pins::unpin(&self.0);
+    }
+}

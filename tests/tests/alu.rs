@@ -6,16 +6,13 @@ use netdam_common::{
     wire::{Alu, Dtype},
     NetdamHdr, Opcode, Status,
 };
-use netdam_tests::progrun::*;
+use netdam_tests::{progrun::*, PinDir, Rng};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
+trait Elements {
+    fn element(&mut self, w: u32) -> u64;
+}
+
+impl Elements for Rng {
     /// Mostly random bits, with the f32 special classes mixed in.
     fn element(&mut self, w: u32) -> u64 {
         const F32_SPECIAL: [u32; 8] = [
@@ -28,9 +25,9 @@ impl Rng {
             0x7FC0_0001,
             0x7F7F_FFFF,
         ];
-        match self.next() % 8 {
-            0 if w == 4 => F32_SPECIAL[(self.next() % 8) as usize] as u64,
-            _ => self.next() >> if w == 4 { 32 } else { 0 },
+        match self.next_u64() % 8 {
+            0 if w == 4 => F32_SPECIAL[(self.next_u64() % 8) as usize] as u64,
+            _ => self.next_u64() >> if w == 4 { 32 } else { 0 },
         }
     }
 }
@@ -220,7 +217,7 @@ fn accumulate_add_and_xor_match_the_host_alu_and_apply_once() {
             let mem = gen(&mut rng);
             let v = gen(&mut rng);
             node.memory().write(addr, &mem).unwrap();
-            let seq = rng.next() as u32;
+            let seq = rng.next_u64() as u32;
             let f = accumulate_frame(dtype, alu, addr, &v, seq);
             assert_eq!(status_of(&run(&node, &f)), Some(Status::Ok), "{dtype:?} {alu:?}");
             let mut after = vec![0u8; mem.len()];
@@ -232,14 +229,6 @@ fn accumulate_add_and_xor_match_the_host_alu_and_apply_once() {
             node.memory().read(addr, &mut again).unwrap();
             assert_eq!(again, after, "{dtype:?} {alu:?} applied twice");
         }
-    }
-}
-
-/// Removes a pin directory when dropped, also on panic.
-struct PinDir(std::path::PathBuf);
-impl Drop for PinDir {
-    fn drop(&mut self) {
-        let _ = netdam_user::controller::pins::unpin(&self.0);
     }
 }
 

@@ -12,23 +12,7 @@ use netdam_common::{
     wire::{flags, DEFAULT_PORT},
     NetdamHdr,
 };
-use netdam_tests::progrun::*;
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
+use netdam_tests::{progrun::*, Rng};
 
 const MEM: u64 = 1 << 20;
 
@@ -36,7 +20,7 @@ const MEM: u64 = 1 << 20;
 fn generate(rng: &mut Rng) -> Vec<u8> {
     if rng.chance(4) {
         let n = 14 + rng.below(200) as usize;
-        let mut f: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
+        let mut f: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
         if rng.chance(50) {
             // Random bytes behind a correct Ethernet/IPv4 start get further.
             f[..6].copy_from_slice(&NODE.mac);
@@ -69,8 +53,8 @@ fn generate(rng: &mut Rng) -> Vec<u8> {
     if rng.chance(5) {
         h.sr_len = [8u8, 16, 24, 7][rng.below(4) as usize];
     }
-    h.set_seq(rng.next() as u32);
-    h.set_tag(rng.next() as u32);
+    h.set_seq(rng.next_u64() as u32);
+    h.set_tag(rng.next_u64() as u32);
     h.set_rkey([RKEY_RW, RKEY_RW, RKEY_RO, 0xBAD][rng.below(4) as usize]);
     // Addresses near the edges of the regions and of the chunks, mostly aligned.
     let anchors = [
@@ -89,7 +73,7 @@ fn generate(rng: &mut Rng) -> Vec<u8> {
         addr &= !7;
     }
     if rng.chance(1) {
-        addr = rng.next();
+        addr = rng.next_u64();
     }
     h.set_addr(addr);
     let mut len = match rng.below(10) {
@@ -111,7 +95,7 @@ fn generate(rng: &mut Rng) -> Vec<u8> {
     if rng.chance(5) {
         payload_len = payload_len.saturating_sub(1 + rng.below(4) as usize);
     }
-    let mut rest: Vec<u8> = (0..payload_len).map(|_| rng.next() as u8).collect();
+    let mut rest: Vec<u8> = (0..payload_len).map(|_| rng.next_u64() as u8).collect();
     if rng.chance(2) {
         rest.extend((0..rng.below(40)).map(|_| 0xEE));
     }
@@ -133,7 +117,7 @@ fn generate(rng: &mut Rng) -> Vec<u8> {
     if rng.chance(2) {
         ip.frag = [0x2000u16, 0x2000 | 20, 20][rng.below(3) as usize];
     }
-    ip.tos = rng.next() as u8;
+    ip.tos = rng.next_u64() as u8;
     let mut body = h.to_bytes().to_vec();
     body.extend_from_slice(&rest);
     let mut f = udp_frame(&src, &dst, &ip, &body);

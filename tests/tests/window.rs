@@ -8,7 +8,7 @@ use netdam_common::{
     frame::{netdam_frame, parse_udp, Endpoint},
     NetdamHdr, Opcode, Status,
 };
-use netdam_tests::progrun::*;
+use netdam_tests::{progrun::*, PinDir};
 
 fn atomic(op: Opcode, addr: u64, seq: u32, operands: &[u64], from: &Endpoint) -> Vec<u8> {
     let mut h = NetdamHdr::request(op);
@@ -164,14 +164,6 @@ fn a_full_window_table_refuses_new_sources_and_idle_windows_expire() {
         "room again"
     );
     assert_eq!(word(&node, a), 2);
-}
-
-/// Removes a pin directory when dropped, also on panic.
-struct PinDir(std::path::PathBuf);
-impl Drop for PinDir {
-    fn drop(&mut self) {
-        let _ = netdam_user::controller::pins::unpin(&self.0);
-    }
 }
 
 #[test]
