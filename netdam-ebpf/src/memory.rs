@@ -22,7 +22,28 @@ pub struct CopyFailed;
 
 /// Most pieces a copy of MAX_PAYLOAD bytes can take: full scratch buffers
 /// plus one more where a chunk boundary splits one of them.
-const MAX_PIECES: u32 = (MAX_PAYLOAD / SCRATCH_LEN) as u32 + 2;
+pub const MAX_PIECES: u32 = (MAX_PAYLOAD / SCRATCH_LEN) as u32 + 2;
+
+/// A run of [addr, addr+len) that stays inside one memory chunk and fits the scratch buffer.
+pub struct Piece {
+    pub chunk: u32,
+    /// Byte offset of the run in its chunk.
+    pub off: u32,
+    /// Bytes of the run, 1..=SCRATCH_LEN.
+    pub n: u32,
+}
+
+/// The piece that starts `done` bytes into [addr, addr+len); `done < len`.
+#[inline(always)]
+pub fn piece(addr: u64, done: u32, len: u32) -> Piece {
+    let a = addr + done as u64;
+    let off = (a % MEM_CHUNK as u64) as u32;
+    Piece {
+        chunk: (a / MEM_CHUNK as u64) as u32,
+        off,
+        n: piece_len(len - done, MEM_CHUNK as u32 - off),
+    }
+}
 
 #[derive(Clone, Copy)]
 enum Direction {
@@ -48,10 +69,7 @@ fn copy(ctx: &XdpContext, frame_off: u32, addr: u64, len: u32, dir: Direction) -
         if done >= len {
             return Ok(());
         }
-        let a = addr + done as u64;
-        let chunk = (a / MEM_CHUNK as u64) as u32;
-        let off = (a % MEM_CHUNK as u64) as u32;
-        let n = piece_len(len - done, MEM_CHUNK as u32 - off);
+        let Piece { chunk, off, n } = piece(addr, done, len);
         let elem = NETDAM_MEM.get_ptr_mut(chunk).ok_or(CopyFailed)?;
         let mut d = core::mem::MaybeUninit::<bpf_dynptr>::uninit();
         // SAFETY: `elem` is a map value of MEM_CHUNK bytes and `scratch` one of

@@ -13,14 +13,14 @@ use aya_ebpf::{
 };
 use netdam_common::{
     alu::{combine32, combine64},
-    config::{MAX_PAYLOAD, MEM_CHUNK},
+    config::MEM_CHUNK,
     wire::{Alu, Dtype},
 };
 
 use crate::{
     atomic::cmpxchg64,
     maps::{NETDAM_MEM, SCRATCH, SCRATCH_LEN},
-    memory::{bounded_len, CopyFailed},
+    memory::{piece, CopyFailed, Piece, MAX_PIECES},
 };
 
 /// State of one piece's element loop: a run of elements inside one memory
@@ -60,7 +60,6 @@ impl From<CopyFailed> for VectorFailed {
     }
 }
 
-const MAX_PIECES: u32 = (MAX_PAYLOAD / SCRATCH_LEN) as u32 + 2;
 const CHUNK_MASK: u64 = MEM_CHUNK as u64 - 1;
 const SCRATCH_MASK: u64 = SCRATCH_LEN as u64 - 1;
 
@@ -84,12 +83,8 @@ pub fn run(
         if done >= len {
             return Ok(());
         }
-        let a = addr + done as u64;
-        let chunk = (a / MEM_CHUNK as u64) as u32;
-        let off = a & CHUNK_MASK;
-        let to_end = MEM_CHUNK as u32 - off as u32;
-        let left = len - done;
-        let n = bounded_len(if left < to_end { left } else { to_end }, SCRATCH_LEN as u32);
+        let Piece { chunk, off, n } = piece(addr, done, len);
+        let off = off as u64;
         let elem = NETDAM_MEM.get_ptr_mut(chunk).ok_or(CopyFailed)?.cast::<u8>();
         let mut step = Step {
             elem,

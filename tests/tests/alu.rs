@@ -32,6 +32,14 @@ impl Elements for Rng {
     }
 }
 
+/// 1440 bytes (a full MTU-1500 payload) of `dtype` elements from `rng`.
+fn random_vector(rng: &mut Rng, dtype: Dtype) -> Vec<u8> {
+    let w = dtype.width();
+    (0..1440 / w)
+        .flat_map(|_| rng.element(w).to_le_bytes()[..w as usize].to_vec())
+        .collect()
+}
+
 fn reduce_frame(dtype: Dtype, alu: Alu, addr: u64, v: &[u8]) -> Vec<u8> {
     let mut h = NetdamHdr::request(Opcode::Reduce);
     h.dtype = dtype as u8;
@@ -61,14 +69,8 @@ fn reduce_matches_the_host_alu_for_every_dtype_and_operator() {
                 continue;
             }
             pairs += 1;
-            let w = dtype.width();
-            let gen = |rng: &mut Rng| -> Vec<u8> {
-                (0..1440 / w)
-                    .flat_map(|_| rng.element(w).to_le_bytes()[..w as usize].to_vec())
-                    .collect()
-            };
-            let mem = gen(&mut rng);
-            let v = gen(&mut rng);
+            let mem = random_vector(&mut rng, dtype);
+            let v = random_vector(&mut rng, dtype);
             node.memory().write(addr, &mem).unwrap();
             let req = reduce_frame(dtype, alu, addr, &v);
             let o = run(&node, &req);
@@ -163,14 +165,8 @@ fn accumulate_with_idempotent_operators_matches_the_host_alu() {
                 continue;
             }
             pairs += 1;
-            let w = dtype.width();
-            let gen = |rng: &mut Rng| -> Vec<u8> {
-                (0..1440 / w)
-                    .flat_map(|_| rng.element(w).to_le_bytes()[..w as usize].to_vec())
-                    .collect()
-            };
-            let mem = gen(&mut rng);
-            let v = gen(&mut rng);
+            let mem = random_vector(&mut rng, dtype);
+            let v = random_vector(&mut rng, dtype);
             node.memory().write(addr, &mem).unwrap();
             let o = run(&node, &accumulate_frame(dtype, alu, addr, &v, pairs));
             assert_eq!(o.action, XDP_TX, "{dtype:?} {alu:?}");
@@ -208,14 +204,8 @@ fn accumulate_add_and_xor_match_the_host_alu_and_apply_once() {
             if dtype == Dtype::F32 && alu.is_bitwise() {
                 continue;
             }
-            let w = dtype.width();
-            let gen = |rng: &mut Rng| -> Vec<u8> {
-                (0..1440 / w)
-                    .flat_map(|_| rng.element(w).to_le_bytes()[..w as usize].to_vec())
-                    .collect()
-            };
-            let mem = gen(&mut rng);
-            let v = gen(&mut rng);
+            let mem = random_vector(&mut rng, dtype);
+            let v = random_vector(&mut rng, dtype);
             node.memory().write(addr, &mem).unwrap();
             let seq = rng.next_u64() as u32;
             let f = accumulate_frame(dtype, alu, addr, &v, seq);
