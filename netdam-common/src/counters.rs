@@ -47,6 +47,15 @@ pub enum Event {
     DropInFlight,
     /// A non-idempotent request from a new source while the window table is full (answered STALE).
     WindowFull,
+    /// A CHAIN whose origin is never answered or, with a peer table, is not a peer.
+    DropBadOrigin,
+    /// A CHAIN packet to forward or answer whose next hop the FIB did not
+    /// resolve (no route or no neighbour entry); the origin retransmits.
+    DropNoRoute,
+    /// A CHAIN packet forwarded to its next segment.
+    ChainForwarded,
+    /// A CHAIN answer to an origin on this very host, handed to its stack.
+    PassLocalAnswer,
 }
 
 impl Event {
@@ -63,7 +72,23 @@ impl Event {
         Event::CasContended,
         Event::DropInFlight,
         Event::WindowFull,
+        Event::DropBadOrigin,
+        Event::DropNoRoute,
+        Event::ChainForwarded,
+        Event::PassLocalAnswer,
     ];
+
+    /// The event with counter index `v`.
+    #[inline(always)]
+    pub const fn from_u32(v: u32) -> Option<Event> {
+        if v < Event::DropTruncated as u32 || v > Event::PassLocalAnswer as u32 {
+            return None;
+        }
+        // SAFETY: the discriminants are contiguous from DropTruncated to
+        // PassLocalAnswer (asserted below); no table lookup, which the
+        // verifier could not bound.
+        Some(unsafe { core::mem::transmute::<u32, Event>(v) })
+    }
 
     pub const fn name(self) -> &'static str {
         match self {
@@ -79,13 +104,26 @@ impl Event {
             Event::CasContended => "cas_contended",
             Event::DropInFlight => "drop_in_flight",
             Event::WindowFull => "window_full",
+            Event::DropBadOrigin => "drop_bad_origin",
+            Event::DropNoRoute => "drop_no_route",
+            Event::ChainForwarded => "chain_forwarded",
+            Event::PassLocalAnswer => "pass_local_answer",
         }
     }
 }
 
+const _: () = {
+    let mut i = 0;
+    while i < Event::ALL.len() {
+        assert!(Event::ALL[i] as u32 == Event::DropTruncated as u32 + i as u32);
+        i += 1;
+    }
+    assert!(Event::ALL[Event::ALL.len() - 1] as u32 == Event::PassLocalAnswer as u32);
+};
+
 /// Entries of the counter map.
 pub const COUNTER_SLOTS: u32 = 256;
-const _: () = assert!((Event::WindowFull as u32) < COUNTER_SLOTS);
+const _: () = assert!((Event::PassLocalAnswer as u32) < COUNTER_SLOTS);
 
 /// Name of the opcode that owns op-counter `slot` (0..OP_SLOTS).
 pub fn op_slot_name(slot: u32) -> &'static str {
@@ -120,5 +158,10 @@ mod tests {
         assert_eq!(op_slot_name(1), "WRITE");
         assert_eq!(op_slot_name(10), "CHAIN");
         assert_eq!(op_status(0x42, Status::BadOpcode), op_status(0xFF, Status::BadOpcode));
+        for e in Event::ALL {
+            assert_eq!(Event::from_u32(*e as u32), Some(*e));
+        }
+        assert_eq!(Event::from_u32(0), None);
+        assert_eq!(Event::from_u32(COUNTER_SLOTS), None);
     }
 }

@@ -6,6 +6,7 @@
 #![cfg_attr(not(feature = "std"), no_std)]
 
 pub mod alu;
+pub mod chain;
 pub mod config;
 pub mod counters;
 pub mod region;

@@ -5,14 +5,19 @@
 //!
 //! Scope: what the data path executes today (docs/conformance.md, "Not
 //! executed yet"): the carrier rules, validation, NOP, WRITE, READ, REDUCE,
-//! ACCUMULATE, FETCH_ADD, CAS, SWAP and the at-most-once window. MSG,
-//! WRITE_NOTIFY and CHAIN are BAD_OPCODE after the header checks, exactly as
-//! in the data path.
+//! ACCUMULATE, FETCH_ADD, CAS, SWAP, CHAIN and the at-most-once window. MSG
+//! and WRITE_NOTIFY are BAD_OPCODE after the header checks, exactly as in the
+//! data path. The node's FIB is its neighbour table: a CHAIN forward or answer
+//! to an address without an entry is dropped (DropNoRoute).
 
 use std::{collections::HashMap, net::Ipv4Addr};
 
 use crate::{
     alu::{combine32, combine64},
+    chain::{
+        check_chain_preamble, check_hop, check_ready, check_sr_shape, hop_needs_window, HopOp, Me, Segment, SrFixed,
+        SEGMENT_LEN, SR_FIXED_LEN,
+    },
     counters::{op_status, Event},
     validate::{answers, check_access, check_header, len_past_datagram, needs_window},
     window::{judge, state, tag, Slot, Verdict, SLOTS},
@@ -50,8 +55,24 @@ pub struct ModelNode {
     pub mem: Vec<u8>,
     /// Sources the window table holds.
     pub window_sources: usize,
-    /// The at-most-once windows by (source IP, source port).
-    pub windows: HashMap<(Ipv4Addr, u16), Vec<Slot>>,
+    /// The at-most-once windows by (source IP, source port, hop): hop is 0
+    /// for plain requests and idx + 1 for CHAIN hops (keyed by the origin).
+    pub windows: HashMap<(Ipv4Addr, u16, u16), Vec<Slot>>,
+    /// Readiness generation by rkey (section 6); absent means 0.
+    pub generations: HashMap<u32, u32>,
+    /// Next-hop MACs by IPv4 address: the node's FIB and neighbour table.
+    pub neighbours: HashMap<Ipv4Addr, [u8; 6]>,
+}
+
+/// Addresses of a frame the node sends.
+struct Addressing {
+    eth_dst: [u8; 6],
+    eth_src: [u8; 6],
+    ip_src: [u8; 4],
+    ip_dst: [u8; 4],
+    udp_src: u16,
+    udp_dst: u16,
+    tos: u8,
 }
 
 fn be16(f: &[u8], o: usize) -> u16 {
@@ -87,6 +108,8 @@ impl ModelNode {
             mem: vec![0; mem_size],
             window_sources,
             windows: HashMap::new(),
+            generations: HashMap::new(),
+            neighbours: HashMap::new(),
         }
     }
 
@@ -161,7 +184,10 @@ impl ModelNode {
             return drop(Event::DropLenPastDatagram);
         }
         let payload = &datagram[headers..headers + (h.len() as usize).min(avail as usize)];
-        let source = (src, be16(f, l4));
+        if h.opcode == Opcode::Chain as u8 && check_chain_preamble(&h).is_ok() {
+            return self.chain(f, l4, &h, &datagram[HDR_LEN..headers], payload);
+        }
+        let source = (src, be16(f, l4), 0);
         let mut counters = Vec::new();
         let (status, resp) = match self.execute(&h, avail, payload, source, &mut counters) {
             Ok(r) => r,
@@ -195,7 +221,7 @@ impl ModelNode {
         h: &NetdamHdr,
         avail: u32,
         payload: &[u8],
-        source: (Ipv4Addr, u16),
+        source: (Ipv4Addr, u16, u16),
         counters: &mut Vec<u32>,
     ) -> Result<(Status, Option<Vec<u8>>), Status> {
         let c = check_header(h, self.mtu, avail)?;
@@ -205,36 +231,285 @@ impl ModelNode {
         let region = self.regions.iter().find(|(k, _)| *k == h.rkey()).map(|(_, r)| r);
         check_access(region, &c, h.addr())?;
         if needs_window(&c) {
-            if !self.windows.contains_key(&source) && self.windows.len() >= self.window_sources {
-                counters.push(Event::WindowFull as u32);
-                return Err(Status::Stale);
-            }
-            let slots = self
-                .windows
-                .entry(source)
-                .or_insert_with(|| vec![Slot::default(); SLOTS]);
-            let slot = &mut slots[h.seq() as usize % SLOTS];
-            match judge(slot.tag, h.seq()) {
-                Verdict::Claim => {}
-                Verdict::Repeat if c.op == Opcode::Accumulate => return Err(Status::Duplicate),
-                Verdict::Repeat => return Ok((Status::Ok, Some(slot.old.to_le_bytes().to_vec()))),
-                // A single-threaded model never leaves a slot executing.
-                Verdict::InFlight => unreachable!("no concurrency in the model"),
-                Verdict::Stale => return Err(Status::Stale),
+            let slot = self.claim(source, h.seq(), c.op == Opcode::Accumulate, counters)?;
+            if let Some(old) = slot {
+                return Ok((Status::Ok, Some(old.to_le_bytes().to_vec())));
             }
             let r = self.run(&c, h, payload);
             let old = match &r {
                 Some(v) if c.op != Opcode::Accumulate => u64::from_le_bytes(v[..8].try_into().unwrap()),
                 _ => 0,
             };
-            let slots = self.windows.get_mut(&source).expect("claimed above");
-            slots[h.seq() as usize % SLOTS] = Slot {
-                tag: tag(h.seq(), state::DONE),
-                old,
-            };
+            self.complete(source, h.seq(), old);
             return Ok((Status::Ok, r));
         }
         Ok((Status::Ok, self.run(&c, h, payload)))
+    }
+
+    /// Claims the window slot of `seq` for `source` (section 7): `Ok(None)`
+    /// to execute; `Ok(Some(old))` for a repeat of an atomic; DUPLICATE for a
+    /// repeat of an ACCUMULATE (`accumulate`), STALE for an older seq or a
+    /// full table.
+    fn claim(
+        &mut self,
+        source: (Ipv4Addr, u16, u16),
+        seq: u32,
+        accumulate: bool,
+        counters: &mut Vec<u32>,
+    ) -> Result<Option<u64>, Status> {
+        if !self.windows.contains_key(&source) && self.windows.len() >= self.window_sources {
+            counters.push(Event::WindowFull as u32);
+            return Err(Status::Stale);
+        }
+        let slots = self
+            .windows
+            .entry(source)
+            .or_insert_with(|| vec![Slot::default(); SLOTS]);
+        let slot = &mut slots[seq as usize % SLOTS];
+        match judge(slot.tag, seq) {
+            Verdict::Claim => Ok(None),
+            Verdict::Repeat if accumulate => Err(Status::Duplicate),
+            Verdict::Repeat => Ok(Some(slot.old)),
+            // A single-threaded model never leaves a slot executing.
+            Verdict::InFlight => unreachable!("no concurrency in the model"),
+            Verdict::Stale => Err(Status::Stale),
+        }
+    }
+
+    fn complete(&mut self, source: (Ipv4Addr, u16, u16), seq: u32, old: u64) {
+        let slots = self.windows.get_mut(&source).expect("claimed before");
+        slots[seq as usize % SLOTS] = Slot {
+            tag: tag(seq, state::DONE),
+            old,
+        };
+    }
+
+    /// A CHAIN packet whose preamble (version, opcode, sr_len) is valid
+    /// (section 6). `sr` is its SR header, `payload` its len payload bytes.
+    fn chain(&mut self, f: &[u8], l4: usize, h: &NetdamHdr, sr: &[u8], payload: &[u8]) -> Outcome {
+        let fixed = SrFixed::from_bytes(sr).expect("sr_len >= 24 (preamble)");
+        let segment = |i: usize| Segment::from_bytes(&sr[SR_FIXED_LEN + SEGMENT_LEN * i..]).expect("idx < n (shape)");
+        let count = |s: Status| vec![op_status(Opcode::Chain as u8, s)];
+        let shape = match check_sr_shape(h.sr_len, &fixed) {
+            Ok(shape) => shape,
+            // The origin is not to be trusted: the sender gets the answer.
+            Err(s) => {
+                let to = self.turned_around(f, l4);
+                return self.send(Action::Tx, &to, h, s, sr, &[], count(s));
+            }
+        };
+        let origin = Ipv4Addr::from(fixed.origin_ip());
+        let is_peer = |ip: Ipv4Addr| self.peers.is_empty() || self.peers.contains(&ip);
+        if is_unanswerable_source(fixed.origin_ip()) || !is_peer(origin) {
+            return Self::outcome(f, Action::Drop, Some(Event::DropBadOrigin as u32));
+        }
+        let here = segment(shape.idx as usize);
+        let next = if shape.forwards() {
+            segment(shape.idx as usize + 1)
+        } else {
+            here
+        };
+        let me = Me {
+            ip: u32::from(self.ip),
+            port: self.port,
+        };
+        let region = self.regions.iter().find(|(k, _)| *k == h.rkey()).map(|(_, r)| *r);
+        let next_is_peer = !shape.forwards() || is_peer(Ipv4Addr::from(next.ip()));
+        let mut counters = Vec::new();
+        let mut out = payload.to_vec();
+        let result = check_hop(
+            h,
+            &fixed,
+            shape,
+            &here,
+            &next,
+            next_is_peer,
+            me,
+            self.mtu,
+            region.as_ref(),
+        )
+        .and_then(|hop| {
+            let generation = self.generations.get(&h.rkey()).copied().unwrap_or(0);
+            check_ready(hop.op, h.tag(), generation)?;
+            let key = (origin, fixed.origin_port(), shape.idx as u16 + 1);
+            let windowed = hop_needs_window(&hop);
+            if windowed {
+                self.claim(key, h.seq(), true, &mut counters)?;
+            }
+            self.hop(
+                hop.op,
+                hop.vector,
+                h.addr() as usize,
+                fixed.dst_addr() as usize,
+                &mut out,
+            );
+            if windowed {
+                self.complete(key, h.seq(), 0);
+            }
+            Ok(hop.op)
+        });
+        let op = match result {
+            Ok(op) => op,
+            Err(s) => {
+                counters.extend(count(s));
+                return self.to_origin(f, h, &fixed, sr, s, &[], counters);
+            }
+        };
+        counters.extend(count(Status::Ok));
+        if !shape.forwards() {
+            let answer = if op.answer_carries_payload() { &out[..] } else { &[] };
+            return self.to_origin(f, h, &fixed, sr, Status::Ok, answer, counters);
+        }
+        let Some(mac) = self.neighbours.get(&Ipv4Addr::from(next.ip())) else {
+            counters.push(Event::DropNoRoute as u32);
+            return Outcome {
+                action: Action::Drop,
+                frame: f.to_vec(),
+                counters,
+            };
+        };
+        counters.push(Event::ChainForwarded as u32);
+        let to = Addressing {
+            eth_dst: *mac,
+            eth_src: self.mac,
+            ip_src: self.ip.octets(),
+            ip_dst: next.ip().to_be_bytes(),
+            udp_src: self.port,
+            udp_dst: next.port(),
+            tos: f[15],
+        };
+        let mut sr = sr.to_vec();
+        sr[1] += 1;
+        let frame = self.frame(&to, &h.to_bytes(), &sr, &out);
+        Outcome {
+            action: Action::Tx,
+            frame,
+            counters,
+        }
+    }
+
+    /// Runs a hop op on the payload `out` and memory (validated ranges).
+    fn hop(&mut self, op: HopOp, vector: Option<(Dtype, Alu)>, a: usize, dst: usize, out: &mut Vec<u8>) {
+        let n = out.len();
+        match op {
+            HopOp::Nop => {}
+            HopOp::Write => self.mem[dst..dst + n].copy_from_slice(out),
+            HopOp::Reduce | HopOp::ReduceWrite => {
+                let (d, alu) = vector.expect("vector hop");
+                *out = combine(d, alu, out, &self.mem[a..a + n]);
+                if op == HopOp::ReduceWrite {
+                    self.mem[dst..dst + n].copy_from_slice(out);
+                }
+            }
+            HopOp::Accumulate => {
+                let (d, alu) = vector.expect("vector hop");
+                let r = combine(d, alu, &self.mem[a..a + n], out);
+                self.mem[a..a + n].copy_from_slice(&r);
+            }
+        }
+    }
+
+    /// An answer to the CHAIN's origin: through the FIB, or to this host's
+    /// own stack when the origin is this node.
+    #[allow(clippy::too_many_arguments)]
+    fn to_origin(
+        &self,
+        f: &[u8],
+        h: &NetdamHdr,
+        fixed: &SrFixed,
+        sr: &[u8],
+        status: Status,
+        payload: &[u8],
+        mut counters: Vec<u32>,
+    ) -> Outcome {
+        let origin = Ipv4Addr::from(fixed.origin_ip());
+        let (action, eth_dst) = if origin == self.ip {
+            counters.push(Event::PassLocalAnswer as u32);
+            (Action::Pass, self.mac)
+        } else if let Some(mac) = self.neighbours.get(&origin) {
+            (Action::Tx, *mac)
+        } else {
+            counters.push(Event::DropNoRoute as u32);
+            return Outcome {
+                action: Action::Drop,
+                frame: f.to_vec(),
+                counters,
+            };
+        };
+        let to = Addressing {
+            eth_dst,
+            eth_src: self.mac,
+            ip_src: self.ip.octets(),
+            ip_dst: origin.octets(),
+            udp_src: self.port,
+            udp_dst: fixed.origin_port(),
+            tos: f[15],
+        };
+        self.send(action, &to, h, status, sr, payload, counters)
+    }
+
+    /// The response to `h` with `status` and `payload`, addressed by `to`.
+    #[allow(clippy::too_many_arguments)]
+    fn send(
+        &self,
+        action: Action,
+        to: &Addressing,
+        h: &NetdamHdr,
+        status: Status,
+        sr: &[u8],
+        payload: &[u8],
+        counters: Vec<u32>,
+    ) -> Outcome {
+        let payload = if status == Status::Ok { payload } else { &[] };
+        let mut rh = *h;
+        rh.make_response(status, payload.len() as u16);
+        Outcome {
+            action,
+            frame: self.frame(to, &rh.to_bytes(), sr, payload),
+            counters,
+        }
+    }
+
+    /// The request's own addresses swapped (section 3).
+    fn turned_around(&self, f: &[u8], l4: usize) -> Addressing {
+        Addressing {
+            eth_dst: f[6..12].try_into().unwrap(),
+            eth_src: f[0..6].try_into().unwrap(),
+            ip_src: f[30..34].try_into().unwrap(),
+            ip_dst: f[26..30].try_into().unwrap(),
+            udp_src: be16(f, l4 + 2),
+            udp_dst: be16(f, l4),
+            tos: f[15],
+        }
+    }
+
+    /// A frame the node sends: IPv4 IHL 5, ID 0, DF, TTL 64, UDP checksum 0.
+    fn frame(&self, to: &Addressing, hdr: &[u8], sr: &[u8], payload: &[u8]) -> Vec<u8> {
+        let udp_len = 8 + hdr.len() + sr.len() + payload.len();
+        let mut out = Vec::with_capacity(14 + 20 + udp_len);
+        out.extend_from_slice(&to.eth_dst);
+        out.extend_from_slice(&to.eth_src);
+        out.extend_from_slice(&ETH_P_IPV4.to_be_bytes());
+        let mut ip = [0u8; 20];
+        ip[0] = 0x45;
+        ip[1] = to.tos;
+        ip[2..4].copy_from_slice(&((20 + udp_len) as u16).to_be_bytes());
+        ip[6] = 0x40;
+        ip[8] = 64;
+        ip[9] = IPPROTO_UDP;
+        ip[12..16].copy_from_slice(&to.ip_src);
+        ip[16..20].copy_from_slice(&to.ip_dst);
+        let c = crate::wire::ipv4_header_checksum(&ip);
+        ip[10..12].copy_from_slice(&c.to_be_bytes());
+        out.extend_from_slice(&ip);
+        out.extend_from_slice(&to.udp_src.to_be_bytes());
+        out.extend_from_slice(&to.udp_dst.to_be_bytes());
+        out.extend_from_slice(&(udp_len as u16).to_be_bytes());
+        out.extend_from_slice(&[0, 0]);
+        out.extend_from_slice(hdr);
+        out.extend_from_slice(sr);
+        out.extend_from_slice(payload);
+        out
     }
 
     /// Executes a validated request; the response payload if the op has one.
@@ -277,34 +552,9 @@ impl ModelNode {
 
     /// The request turned around (section 3).
     fn answer(&self, f: &[u8], l4: usize, h: &NetdamHdr, sr: &[u8], status: Status, resp: Option<&[u8]>) -> Vec<u8> {
-        let payload = if status == Status::Ok { resp.unwrap_or(&[]) } else { &[] };
-        let udp_len = 8 + HDR_LEN + sr.len() + payload.len();
-        let mut out = Vec::with_capacity(14 + 20 + udp_len);
-        out.extend_from_slice(&f[6..12]);
-        out.extend_from_slice(&f[0..6]);
-        out.extend_from_slice(&ETH_P_IPV4.to_be_bytes());
-        let mut ip = [0u8; 20];
-        ip[0] = 0x45;
-        ip[1] = f[15];
-        ip[2..4].copy_from_slice(&((20 + udp_len) as u16).to_be_bytes());
-        ip[6] = 0x40;
-        ip[8] = 64;
-        ip[9] = IPPROTO_UDP;
-        ip[12..16].copy_from_slice(&f[30..34]);
-        ip[16..20].copy_from_slice(&f[26..30]);
-        let c = crate::wire::ipv4_header_checksum(&ip);
-        ip[10..12].copy_from_slice(&c.to_be_bytes());
-        out.extend_from_slice(&ip);
-        out.extend_from_slice(&f[l4 + 2..l4 + 4]);
-        out.extend_from_slice(&f[l4..l4 + 2]);
-        out.extend_from_slice(&(udp_len as u16).to_be_bytes());
-        out.extend_from_slice(&[0, 0]);
-        let mut rh = *h;
-        rh.make_response(status, payload.len() as u16);
-        out.extend_from_slice(&rh.to_bytes());
-        out.extend_from_slice(sr);
-        out.extend_from_slice(payload);
-        out
+        let to = self.turned_around(f, l4);
+        self.send(Action::Tx, &to, h, status, sr, resp.unwrap_or(&[]), Vec::new())
+            .frame
     }
 }
 

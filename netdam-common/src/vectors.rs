@@ -9,6 +9,7 @@ use std::{collections::BTreeMap, net::Ipv4Addr};
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    chain::{HopOp, Segment as SrSegment, SrFixed, SEGMENT_LEN, SR_FIXED_LEN},
     frame::{netdam_frame, udp_frame, Endpoint, Ipv4Opts},
     model::{Action, ModelNode},
     region::perm,
@@ -37,6 +38,22 @@ pub struct NodeCfg {
     pub window_sources: u32,
     pub regions: Vec<RegionCfg>,
     pub peers: Vec<Ipv4Addr>,
+    /// The node's neighbour table (its FIB): next-hop MACs of CHAIN forwards and answers.
+    pub neighbours: Vec<NeighbourCfg>,
+    /// Readiness generations by rkey (absent: 0).
+    pub generations: Vec<GenerationCfg>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NeighbourCfg {
+    pub ip: Ipv4Addr,
+    pub mac: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GenerationCfg {
+    pub rkey: u32,
+    pub generation: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,8 +119,16 @@ impl NodeCfg {
             .collect()
     }
 
+    /// (IPv4, MAC) of every neighbour entry.
+    pub fn neighbours(&self) -> Vec<(Ipv4Addr, [u8; 6])> {
+        self.neighbours
+            .iter()
+            .map(|n| (n.ip, unhex(&n.mac).try_into().expect("6-byte MAC")))
+            .collect()
+    }
+
     pub fn model(&self) -> ModelNode {
-        ModelNode::new(
+        let mut m = ModelNode::new(
             self.mac_bytes(),
             self.ip,
             self.port,
@@ -113,7 +138,10 @@ impl NodeCfg {
             self.peers.clone(),
             self.mem_size as usize,
             self.window_sources as usize,
-        )
+        );
+        m.neighbours = self.neighbours().into_iter().collect();
+        m.generations = self.generations.iter().map(|g| (g.rkey, g.generation)).collect();
+        m
     }
 }
 
@@ -151,7 +179,28 @@ pub fn default_node() -> NodeCfg {
             },
         ],
         peers: vec![],
+        neighbours: [CLIENT_IP, HOP_A, HOP_B]
+            .iter()
+            .map(|ip| NeighbourCfg {
+                ip: *ip,
+                mac: hex(&mac_of(*ip)),
+            })
+            .collect(),
+        generations: vec![],
     }
+}
+
+/// The client of the vectors; the CHAIN origin.
+pub const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 2);
+/// Two other NetDAM nodes that CHAIN vectors route through.
+pub const HOP_A: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 3);
+pub const HOP_B: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 4);
+/// A host on the node's subnet without a neighbour entry.
+pub const UNRESOLVED: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 9);
+
+/// Test hosts' MACs: 02:da:00:00:00:(last octet of the address).
+pub fn mac_of(ip: Ipv4Addr) -> [u8; 6] {
+    [0x02, 0xDA, 0, 0, 0, ip.octets()[3]]
 }
 
 /// Builds vectors: each gets its own client port, so that windows of
@@ -166,8 +215,8 @@ type Frames = Vec<Vec<u8>>;
 impl Gen {
     fn client(&self) -> Endpoint {
         Endpoint {
-            mac: [0x02, 0xDA, 0, 0, 0, 2],
-            ip: Ipv4Addr::new(198, 18, 0, 2),
+            mac: mac_of(CLIENT_IP),
+            ip: CLIENT_IP,
             port: 20000 + self.vectors.len() as u16,
         }
     }
@@ -247,6 +296,326 @@ impl Gen {
     fn frame(&self, h: &NetdamHdr, rest: &[u8]) -> Vec<u8> {
         netdam_frame(&self.client(), &self.node(), h, rest)
     }
+
+    /// `chain_frame` with 64 random payload bytes.
+    fn chain_random(&mut self, c: &Chain) -> Vec<u8> {
+        let payload = self.bytes(64);
+        self.chain_frame(c, &payload)
+    }
+
+    /// A CHAIN packet at segment `c.idx`, sent by the node of the previous
+    /// segment (the client, which is the origin, at idx 0).
+    fn chain_frame(&self, c: &Chain, payload: &[u8]) -> Vec<u8> {
+        let origin = self.client();
+        let (origin_ip, origin_port) = c.origin.unwrap_or((origin.ip, origin.port));
+        let mut h = NetdamHdr::request(Opcode::Chain);
+        h.sr_len = (SR_FIXED_LEN + SEGMENT_LEN * c.segs.len()) as u8;
+        h.dtype = c.dtype;
+        h.alu = c.alu;
+        h.set_addr(c.addr);
+        h.set_rkey(c.rkey);
+        h.set_len(payload.len() as u16);
+        h.set_seq(0x0200);
+        h.set_tag(c.tag);
+        let n = c.n.unwrap_or(c.segs.len() as u8);
+        let mut rest = SrFixed::new(n, c.idx, u32::from(origin_ip), origin_port, c.dst_addr)
+            .to_bytes()
+            .to_vec();
+        for (ip, op) in &c.segs {
+            rest.extend_from_slice(&SrSegment::new(u32::from(*ip), DEFAULT_PORT, *op).to_bytes());
+        }
+        rest.extend_from_slice(payload);
+        let sender = match c.idx.checked_sub(1).and_then(|i| c.segs.get(i as usize)) {
+            Some((ip, _)) if c.idx > 0 => Endpoint {
+                mac: mac_of(*ip),
+                ip: *ip,
+                port: DEFAULT_PORT,
+            },
+            _ => origin,
+        };
+        netdam_frame(&sender, &self.node(), &h, &rest)
+    }
+}
+
+/// A CHAIN packet for a vector: segments (node, hop op), where it is, and
+/// the fields its hops use.
+#[derive(Clone)]
+struct Chain {
+    segs: Vec<(Ipv4Addr, HopOp)>,
+    idx: u8,
+    /// n as sent, when a vector lies about it.
+    n: Option<u8>,
+    /// The origin when it is not the client.
+    origin: Option<(Ipv4Addr, u16)>,
+    dtype: u8,
+    alu: u8,
+    rkey: u32,
+    addr: u64,
+    dst_addr: u64,
+    tag: u32,
+}
+
+impl Chain {
+    /// Three segments with this node at `idx` running `op`; i32 ADD on the
+    /// read-write region, input at RW_BASE + 0x100, output at RW_BASE + 0x800.
+    fn at(idx: u8, op: HopOp) -> Chain {
+        let mut segs = vec![(HOP_A, HopOp::Reduce), (HOP_B, HopOp::Write)];
+        segs.insert(idx as usize, (NODE_IP, op));
+        Chain {
+            segs,
+            idx,
+            n: None,
+            origin: None,
+            dtype: Dtype::I32 as u8,
+            alu: Alu::Add as u8,
+            rkey: RKEY_RW,
+            addr: RW_BASE + 0x100,
+            dst_addr: RW_BASE + 0x800,
+            tag: CHAIN_GEN,
+        }
+    }
+}
+
+/// The generation of the read-write region on CHAIN vectors' node.
+const CHAIN_GEN: u32 = 7;
+
+/// CHAIN (section 6): every hop op at every position, every failure at
+/// every idx, readiness, the window of ACCUMULATE hops, routing and peers.
+fn chain_vectors(g: &mut Gen) {
+    let node = NodeCfg {
+        generations: vec![GenerationCfg {
+            rkey: RKEY_RW,
+            generation: CHAIN_GEN,
+        }],
+        ..default_node()
+    };
+    let input = RW_BASE + 0x100;
+    let output = RW_BASE + 0x800;
+    let watch = [(input, 64), (output, 64)];
+    let place = |g: &mut Gen| vec![(input, g.bytes(64)), (output, g.bytes(64))];
+    let position = |idx: u8| ["first", "middle", "last"][idx as usize];
+    for op in HopOp::ALL {
+        for idx in 0..3u8 {
+            let mem = place(g);
+            let c = Chain::at(idx, *op);
+            let f = g.chain_random(&c);
+            let what = if idx < 2 {
+                "forwards to the next segment"
+            } else {
+                "answers the origin"
+            };
+            g.case(
+                &format!("chain_{}_{}", op.name().to_lowercase(), position(idx)),
+                &format!("§6: a {} hop runs, then {what}", op.name()),
+                &node,
+                &mem,
+                vec![f],
+                &watch,
+            );
+        }
+    }
+    for (dtype, alu) in [(Dtype::F32, Alu::Add), (Dtype::U64, Alu::Max), (Dtype::I64, Alu::Min)] {
+        let mem = place(g);
+        let c = Chain {
+            dtype: dtype as u8,
+            alu: alu as u8,
+            ..Chain::at(1, HopOp::ReduceWrite)
+        };
+        let f = g.chain_random(&c);
+        g.case(
+            &format!("chain_reduce_write_{}_{}", dtype.name(), alu.name()).to_lowercase(),
+            "§6: REDUCE_WRITE combines with every dtype and alu",
+            &node,
+            &mem,
+            vec![f],
+            &watch,
+        );
+    }
+    // A hop across a 64 KiB chunk boundary of memory.
+    let edge = 0x10000 - 32;
+    let mem = vec![(edge, g.bytes(64)), (edge + 0x1000, g.bytes(64))];
+    let c = Chain {
+        addr: edge,
+        dst_addr: edge + 0x1000,
+        ..Chain::at(1, HopOp::ReduceWrite)
+    };
+    let f = g.chain_random(&c);
+    g.case(
+        "chain_across_chunks",
+        "§6: a hop's ranges may span memory chunks",
+        &node,
+        &mem,
+        vec![f],
+        &[(edge, 64), (edge + 0x1000, 64)],
+    );
+    // Every failure at every idx: answered to the origin, memory untouched.
+    type Spoil = fn(&mut Chain);
+    let failures: [(&str, &str, Spoil); 8] = [
+        ("bad_key", "BAD_KEY", |c| c.rkey = 0x9999),
+        ("forbidden", "FORBIDDEN", |c| c.rkey = RKEY_RO),
+        ("out_of_bounds", "OUT_OF_BOUNDS (dst_addr range)", |c| {
+            c.dst_addr = RW_BASE + RW_SIZE - 32
+        }),
+        ("bad_dtype", "BAD_DTYPE", |c| c.alu = Alu::Xor as u8 + 9),
+        ("misaligned", "MISALIGNED", |c| c.addr += 2),
+        ("not_ready", "NOT_READY (tag > generation)", |c| c.tag = CHAIN_GEN + 1),
+        ("stale", "STALE (tag < generation)", |c| c.tag = CHAIN_GEN - 1),
+        ("not_named", "BAD_SR (the segment names another node)", |c| {
+            c.segs[c.idx as usize].0 = UNRESOLVED
+        }),
+    ];
+    for (name, status, spoil) in failures {
+        for idx in 0..3u8 {
+            let mem = place(g);
+            let mut c = Chain::at(idx, HopOp::ReduceWrite);
+            if name == "forbidden" {
+                c.addr = RO_BASE;
+                c.dst_addr = RO_BASE + 0x100;
+            }
+            spoil(&mut c);
+            let f = g.chain_random(&c);
+            g.case(
+                &format!("chain_{name}_{}", position(idx)),
+                &format!("§6: a failing hop answers the origin with {status}; the chain stops"),
+                &node,
+                &mem,
+                vec![f],
+                &watch,
+            );
+        }
+    }
+    let simple: [(&str, &str, Spoil); 6] = [
+        (
+            "chain_n_mismatch",
+            "§6: n that disagrees with sr_len is BAD_SR to the sender",
+            |c| c.n = Some(4),
+        ),
+        ("chain_idx_past_n", "§6: idx >= n is BAD_SR to the sender", |c| {
+            c.idx = 3;
+            c.n = Some(3)
+        }),
+        ("chain_unknown_hop_op", "§6: an unknown hop op is BAD_SR", |c| {
+            c.segs[1].1 = HopOp::Write;
+            c.dtype = 0;
+        }),
+        (
+            "chain_next_is_self",
+            "§6: a next segment naming this node again is BAD_SR (docs/conformance.md 9)",
+            |c| c.segs[2].0 = NODE_IP,
+        ),
+        (
+            "chain_no_route_forward",
+            "§6: a forward the FIB cannot resolve is dropped and counted",
+            |c| c.segs[2].0 = UNRESOLVED,
+        ),
+        (
+            "chain_local_origin",
+            "§6: an answer to an origin on this host goes to its stack",
+            |c| c.origin = Some((NODE_IP, 20999)),
+        ),
+    ];
+    for (name, rule, spoil) in simple {
+        let mem = place(g);
+        let mut c = Chain::at(1, HopOp::ReduceWrite);
+        if name == "chain_local_origin" {
+            c = Chain::at(2, HopOp::Write);
+        }
+        spoil(&mut c);
+        let mut f = g.chain_random(&c);
+        if name == "chain_unknown_hop_op" {
+            // The segment of this node (idx 1) names op 0x02 (READ, not a hop op).
+            let at = 14 + 20 + 8 + 32 + SR_FIXED_LEN + SEGMENT_LEN + 6;
+            f[at] = 0x02;
+        }
+        g.case(name, rule, &node, &mem, vec![f], &watch);
+    }
+    let mut h = NetdamHdr::request(Opcode::Chain);
+    h.sr_len = 20;
+    h.set_len(4);
+    let f = g.frame(&h, &[0; 24]);
+    g.case(
+        "chain_sr_len_not_multiple_of_8",
+        "§5: CHAIN sr_len must be 16 + 8n (BAD_SR to the sender)",
+        &node,
+        &[],
+        vec![f],
+        &[],
+    );
+    let f = g.chain_frame(&Chain::at(1, HopOp::Nop), &[]);
+    g.case(
+        "chain_len_zero",
+        "§3: a CHAIN needs a payload (BAD_LENGTH)",
+        &node,
+        &[],
+        vec![f],
+        &[],
+    );
+    // Peers: the origin must be one, and so must the next segment.
+    let peers = NodeCfg {
+        peers: vec![CLIENT_IP, HOP_A, HOP_B],
+        ..node.clone()
+    };
+    let mem = place(g);
+    let ok = g.chain_random(&Chain::at(1, HopOp::ReduceWrite));
+    let mut stranger = Chain::at(1, HopOp::ReduceWrite);
+    stranger.segs[2].0 = Ipv4Addr::new(198, 18, 0, 5);
+    let to_stranger = g.chain_random(&stranger);
+    let mut foreign = Chain::at(1, HopOp::ReduceWrite);
+    foreign.origin = Some((Ipv4Addr::new(198, 18, 0, 5), 7));
+    let from_foreign = g.chain_random(&foreign);
+    let mut loopback = Chain::at(1, HopOp::ReduceWrite);
+    loopback.origin = Some((Ipv4Addr::new(127, 0, 0, 1), 7));
+    let from_loopback = g.chain_random(&loopback);
+    g.case(
+        "chain_peers_only",
+        "§6: with a peer table a CHAIN forwards only to peers (BAD_SR) and drops a non-peer origin",
+        &peers,
+        &mem,
+        vec![ok, to_stranger, from_foreign, from_loopback],
+        &watch,
+    );
+    let mem = place(g);
+    let mut c = Chain::at(2, HopOp::Write);
+    c.origin = Some((UNRESOLVED, 7));
+    let f = g.chain_random(&c);
+    g.case(
+        "chain_no_route_answer",
+        "§6: an answer the FIB cannot resolve is dropped and counted",
+        &node,
+        &mem,
+        vec![f],
+        &watch,
+    );
+    // The window of a non-idempotent hop: key (origin, port, seq, idx).
+    let mem = place(g);
+    let c = Chain::at(1, HopOp::Accumulate);
+    let f = g.chain_random(&c);
+    let mut other_idx = Chain::at(2, HopOp::Accumulate);
+    other_idx.segs[1].0 = HOP_B;
+    other_idx.segs[0].0 = HOP_A;
+    let f2 = g.chain_random(&other_idx);
+    g.case(
+        "chain_accumulate_add_once",
+        "§7: an ACCUMULATE ADD hop runs once per (origin, seq, idx); a repeat is DUPLICATE",
+        &node,
+        &mem,
+        vec![f.clone(), f, f2],
+        &watch,
+    );
+    let mem = place(g);
+    let c = Chain {
+        alu: Alu::Max as u8,
+        ..Chain::at(1, HopOp::Accumulate)
+    };
+    let f = g.chain_random(&c);
+    g.case(
+        "chain_accumulate_max_repeats",
+        "§4: an idempotent ACCUMULATE hop needs no window: a repeat runs again, changing nothing",
+        &node,
+        &mem,
+        vec![f.clone(), f],
+        &watch,
+    );
 }
 
 fn req(op: Opcode, rkey: u32, addr: u64, len: u16) -> NetdamHdr {
@@ -886,6 +1255,7 @@ pub fn generate() -> Vec<Vector> {
         vec![bad, good],
         &[],
     );
+    chain_vectors(&mut g);
     g.vectors
 }
 

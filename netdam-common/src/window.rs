@@ -22,13 +22,15 @@ pub struct Slot {
     pub old: u64,
 }
 
-/// Key of the window table: a source (network-order IPv4 and UDP port).
+/// Key of the window table: a source (network-order IPv4 and UDP port) and,
+/// for CHAIN hops, which hop (section 7 keys those by origin and idx).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct SourceKey {
     pub ip_be: u32,
     pub port_be: u16,
-    pub _pad: u16,
+    /// 0 for plain requests; idx + 1 for the hop at segment idx of a CHAIN.
+    pub hop: u16,
 }
 
 /// Value of the window table.

@@ -33,8 +33,9 @@ impl Request {
     }
 }
 
+/// A stack copy of a wire struct of plain bytes at `off`.
 #[inline(always)]
-fn load<T>(ctx: &XdpContext, off: u32, out: &mut T) -> Result<(), Verdict> {
+pub fn load<T>(ctx: &XdpContext, off: u32, out: &mut T) -> Result<(), Verdict> {
     // SAFETY: `out` is a live stack object of exactly size_of::<T>() bytes.
     let r = unsafe { bpf_xdp_load_bytes(ctx.ctx, off, (out as *mut T).cast(), core::mem::size_of::<T>() as u32) };
     if r == 0 {

@@ -7,6 +7,7 @@
 
 mod atomic;
 mod carrier;
+mod chain;
 mod checksum;
 mod maps;
 mod memory;
@@ -16,7 +17,7 @@ mod vector;
 mod window;
 
 use aya_ebpf::{bindings::xdp_action, helpers::generated::bpf_xdp_get_buff_len, macros::xdp, programs::XdpContext};
-use netdam_common::counters::Event;
+use netdam_common::{chain::check_chain_preamble, counters::Event, Opcode};
 
 /// What becomes of a frame that is not answered by `ops::run`.
 #[derive(Clone, Copy)]
@@ -31,7 +32,19 @@ pub enum Verdict {
 
 #[xdp(frags)]
 pub fn netdam(ctx: XdpContext) -> u32 {
-    match try_netdam(&ctx) {
+    verdict(&ctx, try_netdam(&ctx))
+}
+
+/// The CHAIN hop (section 6), tail-called by `netdam`.
+#[xdp(frags)]
+pub fn netdam_chain(ctx: XdpContext) -> u32 {
+    verdict(&ctx, chain::run(&ctx, frame_len(&ctx)))
+}
+
+/// The one place where errors become XDP verdicts.
+#[inline(always)]
+fn verdict(ctx: &XdpContext, r: Result<u32, Verdict>) -> u32 {
+    match r {
         Ok(action) => action,
         Err(Verdict::Pass) => xdp_action::XDP_PASS,
         Err(Verdict::PassCounted(e)) => {
@@ -41,7 +54,7 @@ pub fn netdam(ctx: XdpContext) -> u32 {
         Err(Verdict::Drop(e)) => {
             maps::count_event(e);
             // Off unless RUST_LOG asks for debug (the controller sets aya-log's level at load).
-            aya_log_ebpf::debug!(&ctx, "frame dropped: {}", e.name());
+            aya_log_ebpf::debug!(ctx, "frame dropped: {}", e.name());
             xdp_action::XDP_DROP
         }
     }
@@ -61,10 +74,19 @@ fn try_netdam(ctx: &XdpContext) -> Result<u32, Verdict> {
         // Not configured yet by the controller.
         return Err(Verdict::Pass);
     }
-    // SAFETY: a helper that only reads the frame's length.
-    let frame_len = unsafe { bpf_xdp_get_buff_len(ctx.ctx) } as u32;
-    let req = carrier::try_parse(ctx, cfg, frame_len)?;
+    let req = carrier::try_parse(ctx, cfg, frame_len(ctx))?;
+    if req.hdr.opcode == Opcode::Chain as u8 && check_chain_preamble(&req.hdr).is_ok() {
+        // SAFETY: slot 0 holds netdam_chain; the call does not return unless
+        // the slot is empty, and then the request is BAD_OPCODE below.
+        unsafe { maps::JUMP.tail_call(ctx, 0) };
+    }
     ops::run(ctx, cfg, &req)
+}
+
+#[inline(always)]
+fn frame_len(ctx: &XdpContext) -> u32 {
+    // SAFETY: a helper that only reads the frame's length.
+    unsafe { bpf_xdp_get_buff_len(ctx.ctx) as u32 }
 }
 
 #[cfg(not(test))]

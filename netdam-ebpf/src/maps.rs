@@ -4,7 +4,7 @@
 use aya_ebpf::{
     bindings::BPF_F_MMAPABLE,
     macros::map,
-    maps::{Array, HashMap, PerCpuArray},
+    maps::{Array, HashMap, PerCpuArray, ProgramArray},
 };
 use netdam_common::{
     config::{MAX_PAYLOAD, MEM_CHUNK, PEER_SLOTS, REGION_SLOTS},
@@ -28,6 +28,20 @@ pub static REGIONS: HashMap<u32, Region> = HashMap::with_max_entries(REGION_SLOT
 /// Peer IPv4 addresses (network order) -> 1.
 #[map(name = "NETDAM_PEERS")]
 pub static PEERS: HashMap<u32, u8> = HashMap::with_max_entries(PEER_SLOTS, 0);
+
+/// Readiness generation by rkey (section 6); absent means 0. Written only by
+/// the controller (`netdam ready`).
+#[map(name = "NETDAM_GENERATIONS")]
+pub static GENERATIONS: HashMap<u32, u32> = HashMap::with_max_entries(REGION_SLOTS, 0);
+
+/// Slot 0: the chain program, which `netdam` tail-calls for CHAIN packets
+/// (a program of its own, so each stays within the verifier's budget).
+#[map(name = "NETDAM_JUMP")]
+pub static JUMP: ProgramArray = ProgramArray::with_max_entries(1, 0);
+
+/// The CHAIN packet each CPU is handling (`chain::ChainState`).
+#[map(name = "NETDAM_CHAIN_STATE")]
+pub static CHAIN_STATE: PerCpuArray<crate::chain::ChainState> = PerCpuArray::with_max_entries(1, 0);
 
 /// At-most-once windows by source; the controller sets max_entries
 /// (--window-sources) and removes idle windows (--window-idle).

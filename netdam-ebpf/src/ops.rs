@@ -86,7 +86,7 @@ fn try_execute(ctx: &XdpContext, cfg: &NodeConfig, req: &Request) -> Result<u32,
         let source = SourceKey {
             ip_be: u32::from_ne_bytes(req.ip.src_addr),
             port_be: u16::from_ne_bytes(req.udp.src),
-            _pad: 0,
+            hop: 0,
         };
         match window::claim(&source, h.seq()) {
             Claimed::Execute(slot) => Some(slot),

@@ -9,7 +9,7 @@ use aya_ebpf::{
 use netdam_common::{
     counters::Event,
     wire::{ipv4_header_checksum, CARRIER_LEN, ETH_P_IPV4, HDR_LEN, IPPROTO_UDP},
-    Status,
+    NetdamHdr, Status,
 };
 
 use crate::{carrier::Request, Verdict};
@@ -51,7 +51,43 @@ pub fn finish(ctx: &XdpContext, req: &Request, status: Status, resp_len: u32) ->
 #[inline(never)]
 fn write_answer(ctx: &XdpContext, req: &Request, status: u8, resp_len: u32) -> i32 {
     let status = Status::from_u8(status).unwrap_or(Status::Ok);
-    let new_len = payload_offset(req) + resp_len;
+    let mut hdr = req.hdr;
+    hdr.make_response(status, resp_len as u16);
+    store_headers(ctx, req, &Addressing::turned_around(req), &mut hdr, resp_len)
+}
+
+/// The addresses of a frame the node sends (network order).
+#[derive(Clone, Copy)]
+pub struct Addressing {
+    pub eth_dst: [u8; 6],
+    pub eth_src: [u8; 6],
+    pub ip_src: [u8; 4],
+    pub ip_dst: [u8; 4],
+    pub udp_src: [u8; 2],
+    pub udp_dst: [u8; 2],
+}
+
+impl Addressing {
+    /// The request's own addresses swapped: an answer to its sender.
+    #[inline(always)]
+    pub fn turned_around(req: &Request) -> Self {
+        Addressing {
+            eth_dst: req.eth.src_addr,
+            eth_src: req.eth.dst_addr,
+            ip_src: req.ip.dst_addr,
+            ip_dst: req.ip.src_addr,
+            udp_src: req.udp.dst,
+            udp_dst: req.udp.src,
+        }
+    }
+}
+
+/// Trims the frame to its headers and `payload_len` payload bytes and
+/// writes the carrier for `to` and the NetDAM header `hdr`. Call after
+/// `turn_around` and after placing the payload. Returns 0 or -1.
+#[inline(always)]
+pub fn store_headers(ctx: &XdpContext, req: &Request, to: &Addressing, hdr: &mut NetdamHdr, payload_len: u32) -> i32 {
+    let new_len = payload_offset(req) + payload_len;
     // SAFETY: plain helper calls on this frame; the stores are from stack
     // buffers of exactly the size passed.
     unsafe {
@@ -59,14 +95,12 @@ fn write_answer(ctx: &XdpContext, req: &Request, status: u8, resp_len: u32) -> i
         if cur > new_len && bpf_xdp_adjust_tail(ctx.ctx, -((cur - new_len) as i32)) != 0 {
             return -1;
         }
-        let mut carrier = carrier_for(req, new_len);
-        let mut hdr = req.hdr;
-        hdr.make_response(status, resp_len as u16);
+        let mut carrier = carrier_for(req, to, new_len);
         if bpf_xdp_store_bytes(ctx.ctx, 0, carrier.as_mut_ptr().cast(), CARRIER_LEN as u32) != 0
             || bpf_xdp_store_bytes(
                 ctx.ctx,
                 CARRIER_LEN as u32,
-                (&mut hdr as *mut netdam_common::NetdamHdr).cast(),
+                (hdr as *mut NetdamHdr).cast(),
                 HDR_LEN as u32,
             ) != 0
         {
@@ -84,12 +118,12 @@ pub fn status_only(ctx: &XdpContext, req: &Request, status: Status) -> Result<u3
 }
 
 /// Ethernet, IPv4 (IHL 5, TOS copied, ID 0, DF, TTL 64) and UDP (checksum 0)
-/// headers of the answer, swapped from the request's.
+/// headers addressed by `to`.
 #[inline(always)]
-fn carrier_for(req: &Request, frame_len: u32) -> [u8; CARRIER_LEN] {
+fn carrier_for(req: &Request, to: &Addressing, frame_len: u32) -> [u8; CARRIER_LEN] {
     let mut c = [0u8; CARRIER_LEN];
-    c[0..6].copy_from_slice(&req.eth.src_addr);
-    c[6..12].copy_from_slice(&req.eth.dst_addr);
+    c[0..6].copy_from_slice(&to.eth_dst);
+    c[6..12].copy_from_slice(&to.eth_src);
     c[12..14].copy_from_slice(&ETH_P_IPV4.to_be_bytes());
     let mut ip = [0u8; 20];
     ip[0] = 0x45;
@@ -98,13 +132,13 @@ fn carrier_for(req: &Request, frame_len: u32) -> [u8; CARRIER_LEN] {
     ip[6] = 0x40;
     ip[8] = 64;
     ip[9] = IPPROTO_UDP;
-    ip[12..16].copy_from_slice(&req.ip.dst_addr);
-    ip[16..20].copy_from_slice(&req.ip.src_addr);
+    ip[12..16].copy_from_slice(&to.ip_src);
+    ip[16..20].copy_from_slice(&to.ip_dst);
     let csum = ipv4_header_checksum(&ip);
     ip[10..12].copy_from_slice(&csum.to_be_bytes());
     c[14..34].copy_from_slice(&ip);
-    c[34..36].copy_from_slice(&req.udp.dst);
-    c[36..38].copy_from_slice(&req.udp.src);
+    c[34..36].copy_from_slice(&to.udp_src);
+    c[36..38].copy_from_slice(&to.udp_dst);
     c[38..40].copy_from_slice(&((frame_len - 34) as u16).to_be_bytes());
     c
 }

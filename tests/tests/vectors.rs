@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use netdam_common::vectors::{from_jsonl, unhex, NodeCfg};
-use netdam_tests::progrun::*;
+use netdam_tests::{fibns::FibNetns, progrun::*, unique_prefix};
 use netdam_user::{Node, NodeSpec};
 
 fn spec_of(c: &NodeCfg) -> NodeSpec {
@@ -27,24 +27,40 @@ fn every_vector_matches_the_xdp_program() {
         .expect("tests/vectors/netdam.jsonl");
     let vectors = from_jsonl(&text);
     assert!(vectors.len() > 100, "the vector set is unexpectedly small");
-    // One node per configuration; vectors use distinct client ports, so their windows never meet.
-    let mut nodes: HashMap<String, Node> = HashMap::new();
+    // One node per configuration, in a namespace whose FIB holds the
+    // configuration's neighbours; vectors use distinct client ports, so
+    // their windows never meet.
+    let mut nodes: HashMap<String, (Node, FibNetns)> = HashMap::new();
     for v in &vectors {
         let key = serde_json::to_string(&v.node).unwrap();
-        let node = nodes.entry(key).or_insert_with(|| load(&spec_of(&v.node)));
+        let (node, ns) = nodes.entry(key).or_insert_with(|| {
+            let mut node = load(&spec_of(&v.node));
+            for g in &v.node.generations {
+                node.set_generation(g.rkey, g.generation).unwrap();
+            }
+            let ns = FibNetns::new(&unique_prefix(), v.node.mac_bytes(), v.node.ip, &v.node.neighbours());
+            (node, ns)
+        });
         node.memory().write(0, &vec![0u8; v.node.mem_size as usize]).unwrap();
         for seg in &v.memory {
             node.memory().write(seg.addr, &unhex(&seg.hex)).unwrap();
         }
         for (i, step) in v.steps.iter().enumerate() {
-            let o = run(node, &unhex(&step.input));
+            let o = ns.run(node, &unhex(&step.input));
             let verdict = match o.action {
                 XDP_TX => "tx",
                 XDP_PASS => "pass",
                 XDP_DROP => "drop",
                 other => panic!("{}: step {i}: XDP action {other}", v.name),
             };
-            assert_eq!(verdict, step.verdict, "{} ({}): step {i} verdict", v.name, v.rule);
+            assert_eq!(
+                verdict,
+                step.verdict,
+                "{} ({}): step {i} verdict; the node's counters: {:?}",
+                v.name,
+                v.rule,
+                netdam_user::stats::Stats::from_counters(&node.counters().unwrap())
+            );
             if verdict != "drop" {
                 assert_eq!(
                     o.frame,

@@ -2,7 +2,9 @@
 //! NetDAM memory and counters outlive a restart, fills the config, region
 //! and peer tables, maps the memory, and attaches to an interface.
 
+mod local;
 mod memory;
+pub mod neighbours;
 mod netif;
 pub mod pins;
 
@@ -13,10 +15,11 @@ use std::{
 };
 
 use aya::{
-    maps::{Array, HashMap as BpfHashMap, Map, MapData, PerCpuArray},
+    maps::{Array, HashMap as BpfHashMap, Map, MapData, PerCpuArray, ProgramArray},
     programs::{ProgramError, Xdp, XdpMode},
     Ebpf, EbpfLoader,
 };
+pub use local::LocalNode;
 pub use memory::NetdamMemory;
 use netdam_common::{
     config::{cfg_flags, MEM_CHUNK, MEM_MAX, REGION_SLOTS},
@@ -31,6 +34,8 @@ use thiserror::Error;
 pub static NETDAM_XDP: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/netdam-xdp"));
 /// Name of the XDP program in the object.
 pub const PROGRAM: &str = "netdam";
+/// The CHAIN program, which `netdam` tail-calls through NETDAM_JUMP.
+pub const CHAIN_PROGRAM: &str = "netdam_chain";
 
 pub const MAP_MEM: &str = "NETDAM_MEM";
 pub const MAP_CONFIG: &str = "NETDAM_CONFIG";
@@ -38,9 +43,20 @@ pub const MAP_REGIONS: &str = "NETDAM_REGIONS";
 pub const MAP_PEERS: &str = "NETDAM_PEERS";
 pub const MAP_COUNTERS: &str = "NETDAM_COUNTERS";
 pub const MAP_WINDOWS: &str = "NETDAM_WINDOWS";
+pub const MAP_GENERATIONS: &str = "NETDAM_GENERATIONS";
+const MAP_JUMP: &str = "NETDAM_JUMP";
 /// The maps kept in the pin directory: state that must survive `serve`
-/// (memory, windows and counters, section 8; config so other commands can read it).
-pub const PINNED_MAPS: [&str; 6] = [MAP_MEM, MAP_CONFIG, MAP_REGIONS, MAP_PEERS, MAP_COUNTERS, MAP_WINDOWS];
+/// (memory, generations, windows and counters, section 8; config so other
+/// commands can read it).
+pub const PINNED_MAPS: [&str; 7] = [
+    MAP_MEM,
+    MAP_CONFIG,
+    MAP_REGIONS,
+    MAP_PEERS,
+    MAP_COUNTERS,
+    MAP_WINDOWS,
+    MAP_GENERATIONS,
+];
 
 #[derive(Debug, Error)]
 pub enum ControllerError {
@@ -218,6 +234,21 @@ impl Node {
                 None
             }
         };
+        let chain: &mut Xdp = ebpf
+            .program_mut(CHAIN_PROGRAM)
+            .expect("the object has the netdam_chain program")
+            .try_into()
+            .expect("netdam_chain is an XDP program");
+        chain.load().map_err(load_error)?;
+        let chain_fd = chain
+            .fd()
+            .expect("loaded")
+            .try_clone()
+            .map_err(|e| ControllerError::Io("dup of the chain program fd".into(), e))?;
+        let mut jump = ProgramArray::try_from(ebpf.map_mut(MAP_JUMP).expect("the object has NETDAM_JUMP"))
+            .map_err(|e| ControllerError::Map(MAP_JUMP, e))?;
+        jump.set(0, &chain_fd, 0)
+            .map_err(|e| ControllerError::Map(MAP_JUMP, e))?;
         let prog: &mut Xdp = ebpf
             .program_mut(PROGRAM)
             .expect("the object has the netdam program")
@@ -284,6 +315,21 @@ impl Node {
 
     pub fn memory(&self) -> &NetdamMemory {
         &self.memory
+    }
+
+    /// The readiness generation of region `rkey` (section 6).
+    pub fn generation(&self, rkey: u32) -> Result<u32, ControllerError> {
+        let m: BpfHashMap<_, u32, u32> = BpfHashMap::try_from(self.ebpf.map(MAP_GENERATIONS).expect("generations map"))
+            .map_err(|e| ControllerError::Map(MAP_GENERATIONS, e))?;
+        local::get_generation(&m, rkey)
+    }
+
+    /// Raises (or sets) the readiness generation of region `rkey`.
+    pub fn set_generation(&mut self, rkey: u32, generation: u32) -> Result<(), ControllerError> {
+        let mut m: BpfHashMap<_, u32, u32> =
+            BpfHashMap::try_from(self.ebpf.map_mut(MAP_GENERATIONS).expect("generations map"))
+                .map_err(|e| ControllerError::Map(MAP_GENERATIONS, e))?;
+        local::set_generation(&mut m, rkey, generation)
     }
 
     /// The loaded XDP program, e.g. for BPF_PROG_TEST_RUN.

@@ -1,0 +1,483 @@
+//! Segment routing (PROTOCOL.md section 6): the SR header, the checks a
+//! CHAIN hop makes in the order of section 5, and the ring all-reduce
+//! program with its fixed chunking.
+//!
+//! Written once for the XDP chain program, the reference model and the
+//! collective engine of the client.
+
+use crate::{
+    config::MAX_PAYLOAD,
+    region::{perm, Region},
+    validate::check_vector_type,
+    wire::{Alu, Dtype, NetdamHdr, Opcode, Status, CARRIER_LEN, HDR_LEN, VERSION},
+};
+
+/// Bytes of the SR header before the segments.
+pub const SR_FIXED_LEN: usize = 16;
+/// Bytes of one segment.
+pub const SEGMENT_LEN: usize = 8;
+/// Segments an SR header holds at most.
+pub const MAX_SEGMENTS: usize = 15;
+/// Members of a ring all-reduce at most (its program has 2(N-1) segments).
+pub const MAX_RING: usize = 8;
+
+/// The first 16 bytes of the SR header, as on the wire.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SrFixed {
+    pub n: u8,
+    pub idx: u8,
+    origin_port: [u8; 2],
+    origin_ip: [u8; 4],
+    dst_addr: [u8; 8],
+}
+
+const _: () = assert!(core::mem::size_of::<SrFixed>() == SR_FIXED_LEN);
+
+impl SrFixed {
+    pub const fn new(n: u8, idx: u8, origin_ip: u32, origin_port: u16, dst_addr: u64) -> Self {
+        SrFixed {
+            n,
+            idx,
+            origin_port: origin_port.to_be_bytes(),
+            origin_ip: origin_ip.to_be_bytes(),
+            dst_addr: dst_addr.to_be_bytes(),
+        }
+    }
+    pub const fn origin_port(&self) -> u16 {
+        u16::from_be_bytes(self.origin_port)
+    }
+    /// The origin's IPv4 address, host order.
+    pub const fn origin_ip(&self) -> u32 {
+        u32::from_be_bytes(self.origin_ip)
+    }
+    pub const fn dst_addr(&self) -> u64 {
+        u64::from_be_bytes(self.dst_addr)
+    }
+    /// Reads the fixed part from the start of `b`; `None` if shorter than 16 bytes.
+    pub fn from_bytes(b: &[u8]) -> Option<Self> {
+        let b = b.get(..SR_FIXED_LEN)?;
+        Some(SrFixed {
+            n: b[0],
+            idx: b[1],
+            origin_port: [b[2], b[3]],
+            origin_ip: [b[4], b[5], b[6], b[7]],
+            dst_addr: b[8..16].try_into().ok()?,
+        })
+    }
+    pub fn to_bytes(&self) -> [u8; SR_FIXED_LEN] {
+        let mut b = [0u8; SR_FIXED_LEN];
+        b[0] = self.n;
+        b[1] = self.idx;
+        b[2..4].copy_from_slice(&self.origin_port);
+        b[4..8].copy_from_slice(&self.origin_ip);
+        b[8..16].copy_from_slice(&self.dst_addr);
+        b
+    }
+}
+
+/// One segment: a node (IPv4, port) and the op it runs, as on the wire.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Segment {
+    ip: [u8; 4],
+    port: [u8; 2],
+    pub op: u8,
+    /// Zero in version 1, ignored.
+    pub seg_flags: u8,
+}
+
+const _: () = assert!(core::mem::size_of::<Segment>() == SEGMENT_LEN);
+
+impl Segment {
+    pub const fn new(ip: u32, port: u16, op: HopOp) -> Self {
+        Segment {
+            ip: ip.to_be_bytes(),
+            port: port.to_be_bytes(),
+            op: op as u8,
+            seg_flags: 0,
+        }
+    }
+    /// IPv4 address, host order.
+    pub const fn ip(&self) -> u32 {
+        u32::from_be_bytes(self.ip)
+    }
+    pub const fn port(&self) -> u16 {
+        u16::from_be_bytes(self.port)
+    }
+    /// Reads a segment from the start of `b`; `None` if shorter than 8 bytes.
+    pub fn from_bytes(b: &[u8]) -> Option<Self> {
+        let b = b.get(..SEGMENT_LEN)?;
+        Some(Segment {
+            ip: [b[0], b[1], b[2], b[3]],
+            port: [b[4], b[5]],
+            op: b[6],
+            seg_flags: b[7],
+        })
+    }
+    pub fn to_bytes(&self) -> [u8; SEGMENT_LEN] {
+        [
+            self.ip[0],
+            self.ip[1],
+            self.ip[2],
+            self.ip[3],
+            self.port[0],
+            self.port[1],
+            self.op,
+            self.seg_flags,
+        ]
+    }
+}
+
+/// The ops a hop can run (section 6).
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HopOp {
+    Nop = 0x00,
+    Write = 0x01,
+    Accumulate = 0x03,
+    Reduce = 0x07,
+    ReduceWrite = 0x0B,
+}
+
+impl HopOp {
+    pub const ALL: &'static [HopOp] = &[
+        HopOp::Nop,
+        HopOp::Write,
+        HopOp::Accumulate,
+        HopOp::Reduce,
+        HopOp::ReduceWrite,
+    ];
+
+    #[inline(always)]
+    pub const fn from_u8(v: u8) -> Option<Self> {
+        match v {
+            0x00 => Some(HopOp::Nop),
+            0x01 => Some(HopOp::Write),
+            0x03 => Some(HopOp::Accumulate),
+            0x07 => Some(HopOp::Reduce),
+            0x0B => Some(HopOp::ReduceWrite),
+            _ => None,
+        }
+    }
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            HopOp::Nop => "NOP",
+            HopOp::Write => "WRITE",
+            HopOp::Accumulate => "ACCUMULATE",
+            HopOp::Reduce => "REDUCE",
+            HopOp::ReduceWrite => "REDUCE_WRITE",
+        }
+    }
+
+    /// Whether the hop combines the payload with memory (needs dtype and alu).
+    pub const fn is_vector(self) -> bool {
+        matches!(self, HopOp::Accumulate | HopOp::Reduce | HopOp::ReduceWrite)
+    }
+
+    /// Permissions the hop needs (section 3).
+    pub const fn perms(self) -> u32 {
+        match self {
+            HopOp::Nop => 0,
+            HopOp::Write => perm::WRITE,
+            HopOp::Reduce => perm::READ,
+            HopOp::ReduceWrite => perm::READ | perm::WRITE,
+            HopOp::Accumulate => perm::ATOMIC,
+        }
+    }
+
+    /// Whether the final answer carries the payload (last hop REDUCE or NOP).
+    pub const fn answer_carries_payload(self) -> bool {
+        matches!(self, HopOp::Reduce | HopOp::Nop)
+    }
+}
+
+/// Where a CHAIN packet's SR header says it is, once its shape is checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SrShape {
+    pub n: u8,
+    pub idx: u8,
+}
+
+impl SrShape {
+    /// Whether the hop at `idx` forwards (another segment follows).
+    pub const fn forwards(&self) -> bool {
+        self.idx + 1 < self.n
+    }
+}
+
+/// The first CHAIN checks, on the NetDAM header alone: version, opcode and
+/// sr_len (section 5 order). Failures here are answered to the sender.
+#[inline(always)]
+pub fn check_chain_preamble(h: &NetdamHdr) -> Result<(), Status> {
+    if h.version != VERSION {
+        return Err(Status::BadVersion);
+    }
+    if h.opcode != Opcode::Chain as u8 {
+        return Err(Status::BadOpcode);
+    }
+    crate::validate::check_sr_len(Opcode::Chain, h.sr_len)
+}
+
+/// The SR header's own consistency: n matches sr_len and idx < n. The
+/// origin cannot be trusted before this holds, so a failure is answered to
+/// the sender.
+#[inline(always)]
+pub fn check_sr_shape(sr_len: u8, sr: &SrFixed) -> Result<SrShape, Status> {
+    let n = sr.n as usize;
+    if n == 0 || n > MAX_SEGMENTS || SR_FIXED_LEN + SEGMENT_LEN * n != sr_len as usize || sr.idx >= sr.n {
+        return Err(Status::BadSr);
+    }
+    Ok(SrShape { n: sr.n, idx: sr.idx })
+}
+
+/// This node, as segments name nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Me {
+    /// IPv4, host order.
+    pub ip: u32,
+    pub port: u16,
+}
+
+/// What the remaining checks established about a hop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CheckedHop {
+    pub op: HopOp,
+    /// dtype and alu for vector hops.
+    pub vector: Option<(Dtype, Alu)>,
+}
+
+/// Everything a hop checks after the SR shape, in section 5 order, except
+/// readiness and the window: the segment names this node, its op is known,
+/// the next segment is a peer and not this node again (BAD_SR); dtype and alu
+/// (BAD_DTYPE); length (BAD_LENGTH, TOO_LARGE); alignment (MISALIGNED); rkey,
+/// permission and both ranges. `next_is_peer` is whether the next segment's
+/// node may be forwarded to (true at the last segment); `avail` is the
+/// payload the datagram carries.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn check_hop(
+    h: &NetdamHdr,
+    sr: &SrFixed,
+    shape: SrShape,
+    here: &Segment,
+    next: &Segment,
+    next_is_peer: bool,
+    me: Me,
+    mtu: u32,
+    region: Option<&Region>,
+) -> Result<CheckedHop, Status> {
+    if here.ip() != me.ip || here.port() != me.port {
+        return Err(Status::BadSr);
+    }
+    let op = match HopOp::from_u8(here.op) {
+        Some(op) => op,
+        None => return Err(Status::BadSr),
+    };
+    if shape.forwards() && (!next_is_peer || (next.ip() == me.ip && next.port() == me.port)) {
+        return Err(Status::BadSr);
+    }
+    let vector = if op.is_vector() {
+        Some(check_vector_type(h.dtype, h.alu)?)
+    } else {
+        None
+    };
+    let len = h.len() as u32;
+    if len == 0 {
+        return Err(Status::BadLength);
+    }
+    // The forwarded packet and the answer are never larger than the request.
+    let ip_len = (CARRIER_LEN - 14 + HDR_LEN) as u32 + h.sr_len as u32 + len;
+    if len as usize > MAX_PAYLOAD || ip_len > mtu {
+        return Err(Status::TooLarge);
+    }
+    if let Some((dtype, _)) = vector {
+        let w = dtype.width();
+        if !(h.addr() as u32).is_multiple_of(w) || !len.is_multiple_of(w) {
+            return Err(Status::Misaligned);
+        }
+    }
+    if op == HopOp::Nop {
+        return Ok(CheckedHop { op, vector });
+    }
+    let region = match region {
+        Some(r) => r,
+        None => return Err(Status::BadKey),
+    };
+    if !region.permits(op.perms()) {
+        return Err(Status::Forbidden);
+    }
+    if !region.contains(h.addr(), len as u64) || !region.contains(sr.dst_addr(), len as u64) {
+        return Err(Status::OutOfBounds);
+    }
+    Ok(CheckedHop { op, vector })
+}
+
+/// Readiness (section 6): a hop other than NOP runs only if tag equals the
+/// region's generation; a later tag is NOT_READY, an earlier one STALE.
+#[inline(always)]
+pub const fn check_ready(op: HopOp, tag: u32, generation: u32) -> Result<(), Status> {
+    if matches!(op, HopOp::Nop) || tag == generation {
+        Ok(())
+    } else if tag > generation {
+        Err(Status::NotReady)
+    } else {
+        Err(Status::Stale)
+    }
+}
+
+/// Whether a hop runs through the at-most-once window (section 7): the
+/// non-idempotent ACCUMULATE with ADD or XOR.
+#[inline(always)]
+pub const fn hop_needs_window(h: &CheckedHop) -> bool {
+    matches!((h.op, h.vector), (HopOp::Accumulate, Some((_, Alu::Add | Alu::Xor))))
+}
+
+/// Bytes of the SR header of a ring all-reduce of `members` nodes.
+pub const fn ring_sr_len(members: usize) -> usize {
+    SR_FIXED_LEN + SEGMENT_LEN * 2 * (members - 1)
+}
+
+/// Elements per chunk packet (section 6): floor((MTU - 60 - sr_len) / w).
+pub const fn ring_chunk_elems(mtu: u32, members: usize, width: u32) -> u32 {
+    (mtu - 60 - ring_sr_len(members) as u32) / width
+}
+
+/// The member that originates chunk `k`: k mod N.
+pub const fn ring_originator(chunk: u32, members: usize) -> usize {
+    chunk as usize % members
+}
+
+/// The hop op of segment `i` of the ring program of `members` nodes:
+/// REDUCE N-2 times, REDUCE_WRITE, then WRITE N-1 times.
+pub const fn ring_hop(i: usize, members: usize) -> HopOp {
+    if i + 2 < members {
+        HopOp::Reduce
+    } else if i + 2 == members {
+        HopOp::ReduceWrite
+    } else {
+        HopOp::Write
+    }
+}
+
+/// The member that segment `i` of originator `o`'s ring program names:
+/// o+1, ..., o+N-1, o, ..., o+N-2 (mod N).
+pub const fn ring_member(origin: usize, i: usize, members: usize) -> usize {
+    if i < members - 1 {
+        (origin + 1 + i) % members
+    } else {
+        (origin + i - (members - 1)) % members
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sr_fixed_layout_is_the_wire_layout() {
+        let s = SrFixed::new(3, 1, 0xC612_0001, 0x1234, 0x0102_0304_0506_0708);
+        // SAFETY: repr(C) of byte arrays, 16 bytes.
+        let b: [u8; 16] = unsafe { core::mem::transmute(s) };
+        assert_eq!(b, [3, 1, 0x12, 0x34, 0xC6, 0x12, 0, 1, 1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(s.to_bytes(), b);
+        assert_eq!(SrFixed::from_bytes(&b), Some(s));
+        let g = Segment::new(0xC612_0002, 4793, HopOp::ReduceWrite);
+        // SAFETY: as above, 8 bytes.
+        let b: [u8; 8] = unsafe { core::mem::transmute(g) };
+        assert_eq!(b, [0xC6, 0x12, 0, 2, 0x12, 0xB9, 0x0B, 0]);
+        assert_eq!(g.to_bytes(), b);
+        assert_eq!(Segment::from_bytes(&b), Some(g));
+    }
+
+    #[test]
+    fn ring_program_matches_section_6() {
+        // N = 4, origin 1: 2:REDUCE 3:REDUCE 0:REDUCE_WRITE 1:WRITE 2:WRITE 3:WRITE
+        let members: [usize; 6] = core::array::from_fn(|i| ring_member(1, i, 4));
+        let ops: [HopOp; 6] = core::array::from_fn(|i| ring_hop(i, 4));
+        assert_eq!(members, [2, 3, 0, 1, 2, 3]);
+        use HopOp::*;
+        assert_eq!(ops, [Reduce, Reduce, ReduceWrite, Write, Write, Write]);
+        // N = 2: o+1:REDUCE_WRITE, o:WRITE.
+        assert_eq!([ring_member(0, 0, 2), ring_member(0, 1, 2)], [1, 0]);
+        assert_eq!([ring_hop(0, 2), ring_hop(1, 2)], [ReduceWrite, Write]);
+        // The largest ring fits 15 segments.
+        const { assert!(2 * (MAX_RING - 1) <= MAX_SEGMENTS) };
+        assert_eq!(ring_chunk_elems(1500, 4, 4), (1500 - 60 - 64) / 4);
+    }
+
+    #[test]
+    fn shape_and_readiness() {
+        let sr = SrFixed::new(2, 1, 1, 1, 0);
+        assert_eq!(check_sr_shape(32, &sr), Ok(SrShape { n: 2, idx: 1 }));
+        assert_eq!(check_sr_shape(40, &sr), Err(Status::BadSr));
+        assert_eq!(check_sr_shape(32, &SrFixed::new(2, 2, 1, 1, 0)), Err(Status::BadSr));
+        assert_eq!(check_sr_shape(16, &SrFixed::new(0, 0, 1, 1, 0)), Err(Status::BadSr));
+        assert_eq!(check_ready(HopOp::Reduce, 5, 5), Ok(()));
+        assert_eq!(check_ready(HopOp::Reduce, 6, 5), Err(Status::NotReady));
+        assert_eq!(check_ready(HopOp::Write, 4, 5), Err(Status::Stale));
+        assert_eq!(check_ready(HopOp::Nop, 4, 5), Ok(()));
+    }
+
+    #[test]
+    fn hop_checks_in_order() {
+        let me = Me {
+            ip: 0xC612_0002,
+            port: 4793,
+        };
+        let rw = Region {
+            base: 0,
+            size: 4096,
+            perms: perm::ALL,
+            _reserved: 0,
+        };
+        let mut h = NetdamHdr::request(Opcode::Chain);
+        h.sr_len = 32;
+        h.set_len(8);
+        h.dtype = Dtype::I32 as u8;
+        h.alu = Alu::Add as u8;
+        let sr = SrFixed::new(2, 0, 0xC612_0001, 40000, 64);
+        let shape = check_sr_shape(32, &sr).unwrap();
+        let here = Segment::new(me.ip, me.port, HopOp::ReduceWrite);
+        let next = Segment::new(0xC612_0001, 4793, HopOp::Write);
+        let check = |h: &NetdamHdr, here: &Segment, next: &Segment, peer: bool, r: Option<&Region>| {
+            check_hop(h, &sr, shape, here, next, peer, me, 1500, r)
+        };
+        assert!(check(&h, &here, &next, true, Some(&rw)).is_ok());
+        assert_eq!(check(&h, &here, &next, false, Some(&rw)), Err(Status::BadSr));
+        assert_eq!(check(&h, &here, &here, true, Some(&rw)), Err(Status::BadSr));
+        let elsewhere = Segment::new(me.ip + 5, me.port, HopOp::Reduce);
+        assert_eq!(check(&h, &elsewhere, &next, true, Some(&rw)), Err(Status::BadSr));
+        let mut bad_op = here;
+        bad_op.op = 0x02;
+        assert_eq!(check(&h, &bad_op, &next, true, Some(&rw)), Err(Status::BadSr));
+        let mut hd = h;
+        hd.alu = Alu::Xor as u8;
+        hd.dtype = Dtype::F32 as u8;
+        assert_eq!(check(&hd, &here, &next, true, None), Err(Status::BadDtype));
+        let mut hl = h;
+        hl.set_len(6);
+        assert_eq!(check(&hl, &here, &next, true, Some(&rw)), Err(Status::Misaligned));
+        hl.set_len(0);
+        assert_eq!(check(&hl, &here, &next, true, Some(&rw)), Err(Status::BadLength));
+        hl.set_len(1500);
+        assert_eq!(check(&hl, &here, &next, true, Some(&rw)), Err(Status::TooLarge));
+        assert_eq!(check(&h, &here, &next, true, None), Err(Status::BadKey));
+        let ro = Region {
+            perms: perm::READ,
+            ..rw
+        };
+        assert_eq!(check(&h, &here, &next, true, Some(&ro)), Err(Status::Forbidden));
+        let small = Region { size: 64, ..rw };
+        // dst_addr 64 + 8 bytes is past a 64-byte region although [0, 8) is inside.
+        assert_eq!(check(&h, &here, &next, true, Some(&small)), Err(Status::OutOfBounds));
+        // NOP checks no key; WRITE needs no dtype.
+        let nop = Segment::new(me.ip, me.port, HopOp::Nop);
+        assert!(check(&h, &nop, &next, true, None).is_ok());
+        let mut hw = h;
+        hw.dtype = 0;
+        let write = Segment::new(me.ip, me.port, HopOp::Write);
+        assert!(check(&hw, &write, &next, true, Some(&rw)).is_ok());
+    }
+}

@@ -1,0 +1,451 @@
+//! CHAIN (PROTOCOL.md section 6): the hop of a segment-routed program that
+//! names this node, then the packet forwarded to the next segment or
+//! answered to the origin. A program of its own (`netdam_chain`), which
+//! `netdam` tail-calls, so that each stays within the verifier's budget.
+
+mod route;
+
+use aya_ebpf::{
+    bindings::xdp_action,
+    helpers::generated::{bpf_redirect, bpf_xdp_store_bytes},
+    programs::XdpContext,
+};
+use netdam_common::{
+    chain::{
+        check_chain_preamble, check_hop, check_ready, check_sr_shape, hop_needs_window, CheckedHop, HopOp, Me, Segment,
+        SrFixed, SrShape, SEGMENT_LEN, SR_FIXED_LEN,
+    },
+    config::cfg_flags,
+    counters::{op_status, Event},
+    window::SourceKey,
+    wire::{is_unanswerable_source, CARRIER_LEN, HDR_LEN},
+    NetdamHdr, NodeConfig, Opcode, Status,
+};
+use route::NextHop;
+
+use crate::{
+    carrier::{self, load, Request},
+    maps::{count, count_event, CHAIN_STATE, GENERATIONS, PEERS, REGIONS},
+    memory,
+    respond::{self, Addressing},
+    vector::{self, VectorFailed, VectorOp},
+    window::{self, Claimed},
+    Verdict,
+};
+
+/// The CHAIN packet this CPU is handling. In a per-CPU map, not on the
+/// stack: the frames along the vector callbacks' call chain may hold at most
+/// 512 bytes together.
+pub struct ChainState {
+    req: Request,
+    at: At,
+    done: Done,
+}
+
+/// Runs the CHAIN hop of the frame in `ctx`; the XDP action.
+#[inline(always)]
+pub fn run(ctx: &XdpContext, frame_len: u32) -> Result<u32, Verdict> {
+    let cfg = crate::maps::CONFIG.get(0).ok_or(Verdict::Pass)?;
+    let st = CHAIN_STATE.get_ptr_mut(0).ok_or(Verdict::Pass)?;
+    // SAFETY: this CPU's slot; XDP does not preempt itself on one CPU.
+    let st = unsafe { &mut *st };
+    let code = prepare(ctx, cfg, frame_len, st);
+    if code != CONTINUE {
+        return decode(code);
+    }
+    hop(ctx, cfg, &st.req, &st.at, &mut st.done);
+    let (req, done) = (&st.req, &st.done);
+    if let Some(e) = done.dropped {
+        return Err(Verdict::Drop(e));
+    }
+    let status = Status::from_u8(done.status).unwrap_or(Status::Ok);
+    let payload_len = done.payload_len;
+    count(op_status(Opcode::Chain as u8, status));
+    let sent = match done.forwards {
+        true => forward(ctx, cfg, req, st.at.shape.idx + 1, &done.next),
+        false => {
+            let answer = Answer {
+                status: status as u8,
+                payload_len,
+            };
+            answer_origin(ctx, cfg, req, &st.at.sr, &answer)
+        }
+    };
+    decode(sent)
+}
+
+/// Parses the frame into `st`; CONTINUE when the hop is to run, else what
+/// became of the frame (encoded). Not inlined: the parser's locals get a
+/// frame of their own, gone before the hop runs.
+#[inline(never)]
+fn prepare(ctx: &XdpContext, cfg: &NodeConfig, frame_len: u32, st: &mut ChainState) -> u32 {
+    match try_prepare(ctx, cfg, frame_len, st) {
+        Ok(None) => CONTINUE,
+        Ok(Some(action)) => action,
+        Err(v) => encode(v),
+    }
+}
+
+/// `Ok(None)`: the hop runs; `Ok(Some(action))`: answered already.
+#[inline(always)]
+fn try_prepare(
+    ctx: &XdpContext,
+    cfg: &NodeConfig,
+    frame_len: u32,
+    st: &mut ChainState,
+) -> Result<Option<u32>, Verdict> {
+    st.req = carrier::try_parse(ctx, cfg, frame_len)?;
+    let req = &st.req;
+    let sr_off = req.payload_off - req.hdr.sr_len as u32;
+    let mut sr = SrFixed::default();
+    let shape = match check_chain_preamble(&req.hdr)
+        .and_then(|_| load(ctx, sr_off, &mut sr).map_err(|_| Status::BadSr))
+        .and_then(|_| check_sr_shape(req.hdr.sr_len, &sr))
+    {
+        Ok(shape) => shape,
+        // The origin cannot be trusted yet: the sender gets the answer.
+        Err(s) => {
+            count(op_status(Opcode::Chain as u8, s));
+            return respond::status_only(ctx, req, s).map(Some);
+        }
+    };
+    if is_unanswerable_source(sr.origin_ip()) || !is_peer(cfg, sr.origin_ip().to_be()) {
+        return Err(Verdict::Drop(Event::DropBadOrigin));
+    }
+    st.at = At { sr, shape, sr_off };
+    st.done = Done {
+        status: Status::Ok as u8,
+        payload_len: 0,
+        forwards: false,
+        next: Segment::default(),
+        dropped: None,
+    };
+    Ok(None)
+}
+
+// The non-inlined functions return plain codes: an XDP action (< 0x100),
+// or a verdict with its event above that.
+const DROP_BASE: u32 = 0x100;
+const PASS_COUNTED_BASE: u32 = 0x200;
+const PASS: u32 = 0x300;
+/// `prepare`: go on with the hop.
+const CONTINUE: u32 = 0x400;
+const NO_ROUTE: u32 = DROP_BASE + Event::DropNoRoute as u32;
+const TX_FAILED: u32 = DROP_BASE + Event::DropTxFailed as u32;
+
+#[inline(always)]
+fn encode(v: Verdict) -> u32 {
+    match v {
+        Verdict::Pass => PASS,
+        Verdict::PassCounted(e) => PASS_COUNTED_BASE + e as u32,
+        Verdict::Drop(e) => DROP_BASE + e as u32,
+    }
+}
+
+#[inline(always)]
+fn decode(code: u32) -> Result<u32, Verdict> {
+    let event = |base: u32| Event::from_u32(code - base).unwrap_or(Event::DropTxFailed);
+    match code {
+        c if c < DROP_BASE => Ok(c),
+        c if c < PASS_COUNTED_BASE => Err(Verdict::Drop(event(DROP_BASE))),
+        c if c < PASS => Err(Verdict::PassCounted(event(PASS_COUNTED_BASE))),
+        _ => Err(Verdict::Pass),
+    }
+}
+
+/// The final answer of a hop to the origin.
+struct Answer {
+    status: u8,
+    payload_len: u32,
+}
+
+/// Offset of segment `i` in the frame.
+#[inline(always)]
+fn segment_off(sr_off: u32, i: u8) -> u32 {
+    sr_off + SR_FIXED_LEN as u32 + SEGMENT_LEN as u32 * (i as u32 & 15)
+}
+
+/// The segment after the one at `at`, if the packet goes on.
+#[inline(always)]
+fn next_segment(ctx: &XdpContext, at: &At) -> Option<Segment> {
+    let mut next = Segment::default();
+    load(ctx, segment_off(at.sr_off, at.shape.idx + 1), &mut next).ok()?;
+    Some(next)
+}
+
+enum HopFailed {
+    /// Not executed (or a repeat): the origin gets this status.
+    Status(Status),
+    Verdict(Verdict),
+}
+
+impl From<Status> for HopFailed {
+    fn from(s: Status) -> Self {
+        HopFailed::Status(s)
+    }
+}
+
+impl From<Verdict> for HopFailed {
+    fn from(v: Verdict) -> Self {
+        HopFailed::Verdict(v)
+    }
+}
+
+/// Where the packet is in its SR program.
+struct At {
+    sr: SrFixed,
+    shape: SrShape,
+    /// Offset of the SR header in the frame.
+    sr_off: u32,
+}
+
+/// What became of the hop.
+struct Done {
+    /// OK, or the status the origin gets.
+    status: u8,
+    /// Payload bytes of what is sent on.
+    payload_len: u32,
+    /// Whether the packet goes on to `next`; else the origin is answered.
+    forwards: bool,
+    next: Segment,
+    /// Neither executed nor answered: dropped for this reason.
+    dropped: Option<Event>,
+}
+
+/// Checks and runs this node's hop into `done`. Not inlined: the checks'
+/// and the vector op's locals get a frame of their own, apart from the
+/// parsed request's, on the call chain of the vector callbacks (at most 512
+/// bytes of stack along any chain).
+#[inline(never)]
+fn hop(ctx: &XdpContext, cfg: &NodeConfig, req: &Request, at: &At, done: &mut Done) {
+    match try_hop(ctx, cfg, req, &at.sr, at.shape, at.sr_off) {
+        Ok(payload_len) => {
+            done.payload_len = payload_len;
+            done.forwards = at.shape.forwards();
+            done.next = next_segment(ctx, at).unwrap_or_default();
+        }
+        Err(HopFailed::Status(s)) => done.status = s as u8,
+        Err(HopFailed::Verdict(Verdict::Drop(e) | Verdict::PassCounted(e))) => done.dropped = Some(e),
+        Err(HopFailed::Verdict(Verdict::Pass)) => done.dropped = Some(Event::DropTruncated),
+    }
+}
+
+/// The hop's checks in section 5 order, then its op. On success: the
+/// payload bytes of what is sent, and the next segment when the packet goes on.
+#[inline(always)]
+fn try_hop(
+    ctx: &XdpContext,
+    cfg: &NodeConfig,
+    req: &Request,
+    sr: &SrFixed,
+    shape: SrShape,
+    sr_off: u32,
+) -> Result<u32, HopFailed> {
+    let h = &req.hdr;
+    let mut here = Segment::default();
+    load(ctx, segment_off(sr_off, shape.idx), &mut here)?;
+    let mut next = here;
+    if shape.forwards() {
+        load(ctx, segment_off(sr_off, shape.idx + 1), &mut next)?;
+    }
+    let next_is_peer = !shape.forwards() || is_peer(cfg, next.ip().to_be());
+    let me = Me {
+        ip: u32::from_be(cfg.ipv4_be),
+        port: cfg.port,
+    };
+    // SAFETY: lookups in hash maps of plain values.
+    let region = unsafe { REGIONS.get(&h.rkey()) };
+    let checked = check_hop(h, sr, shape, &here, &next, next_is_peer, me, cfg.mtu, region)?;
+    // SAFETY: as above.
+    let generation = unsafe { GENERATIONS.get(&h.rkey()) }.copied().unwrap_or(0);
+    check_ready(checked.op, h.tag(), generation)?;
+    let slot = if hop_needs_window(&checked) {
+        let key = SourceKey {
+            ip_be: sr.origin_ip().to_be(),
+            port_be: sr.origin_port().to_be(),
+            hop: shape.idx as u16 + 1,
+        };
+        match window::claim(&key, h.seq()) {
+            Claimed::Execute(slot) => Some(slot),
+            Claimed::Repeat(_) => return Err(Status::Duplicate.into()),
+            Claimed::InFlight => return Err(Verdict::Drop(Event::DropInFlight).into()),
+            Claimed::Stale => return Err(Status::Stale.into()),
+            Claimed::Full => {
+                count_event(Event::WindowFull);
+                return Err(Status::Stale.into());
+            }
+        }
+    } else {
+        None
+    };
+    let ran = execute(ctx, req, &checked, sr.dst_addr());
+    if let Some(slot) = slot {
+        // Also after a failure: a hop that ran at all must never run again.
+        window::complete(slot, h.seq(), 0);
+    }
+    ran?;
+    if shape.forwards() || checked.op.answer_carries_payload() {
+        Ok(h.len() as u32)
+    } else {
+        Ok(0)
+    }
+}
+
+/// The hop op on the payload in the frame and on memory. One call site per
+/// helper, so that the verifier walks each once.
+#[inline(always)]
+fn execute(ctx: &XdpContext, req: &Request, hop: &CheckedHop, dst_addr: u64) -> Result<(), HopFailed> {
+    let h = &req.hdr;
+    let len = h.len() as u32;
+    if let Some((dtype, alu)) = hop.vector {
+        let op = if hop.op == HopOp::Accumulate {
+            VectorOp::Accumulate
+        } else {
+            VectorOp::Reduce
+        };
+        vector::run(ctx, op, req.payload_off, h.addr(), len, dtype, alu).map_err(|e| match e {
+            VectorFailed::Copy => HopFailed::Verdict(Verdict::Drop(Event::DropTxFailed)),
+            VectorFailed::Contended => {
+                count_event(Event::CasContended);
+                HopFailed::Status(Status::NotReady)
+            }
+        })?;
+    }
+    if matches!(hop.op, HopOp::Write | HopOp::ReduceWrite) {
+        memory::frame_to_mem(ctx, req.payload_off, dst_addr, len)
+            .map_err(|_| HopFailed::Verdict(Verdict::Drop(Event::DropTxFailed)))?;
+    }
+    Ok(())
+}
+
+/// Sends the packet on to `next` with SR idx `idx`, from this node to the
+/// segment's node. Not inlined (as `answer_origin`): its buffers get their
+/// own stack frame, off the call chain of the vector callbacks.
+#[inline(never)]
+fn forward(ctx: &XdpContext, cfg: &NodeConfig, req: &Request, idx: u8, next: &Segment) -> u32 {
+    let mut hop = NextHop::default();
+    let len = req.hdr.len() as u32;
+    let ip_len = (CARRIER_LEN - 14 + HDR_LEN) as u32 + req.hdr.sr_len as u32 + len;
+    if route::lookup(ctx, cfg.ipv4_be, next.ip().to_be(), ip_len, &mut hop) != 0 {
+        return NO_ROUTE;
+    }
+    let to = Addressing {
+        eth_dst: hop.dmac,
+        eth_src: hop.smac,
+        ip_src: cfg.ipv4_be.to_ne_bytes(),
+        ip_dst: next.ip().to_be_bytes(),
+        udp_src: cfg.port.to_be_bytes(),
+        udp_dst: next.port().to_be_bytes(),
+    };
+    let rewrite = Rewrite {
+        answer: false,
+        status: 0,
+        idx,
+        payload_len: len,
+    };
+    if emit(ctx, req, &to, &rewrite) != 0 {
+        return TX_FAILED;
+    }
+    count_event(Event::ChainForwarded);
+    egress(ctx, hop.ifindex)
+}
+
+/// Answers the origin, keeping the SR header (idx = this hop).
+#[inline(never)]
+fn answer_origin(ctx: &XdpContext, cfg: &NodeConfig, req: &Request, sr: &SrFixed, answer: &Answer) -> u32 {
+    let origin_be = sr.origin_ip().to_be();
+    let mut hop = NextHop::default();
+    let local = origin_be == cfg.ipv4_be;
+    if local {
+        // The origin is on this host: its stack gets the answer.
+        hop.smac = cfg.mac;
+        hop.dmac = cfg.mac;
+    } else {
+        let ip_len = (CARRIER_LEN - 14 + HDR_LEN) as u32 + req.hdr.sr_len as u32 + answer.payload_len;
+        if route::lookup(ctx, cfg.ipv4_be, origin_be, ip_len, &mut hop) != 0 {
+            return NO_ROUTE;
+        }
+    }
+    let to = Addressing {
+        eth_dst: hop.dmac,
+        eth_src: hop.smac,
+        ip_src: cfg.ipv4_be.to_ne_bytes(),
+        ip_dst: origin_be.to_ne_bytes(),
+        udp_src: cfg.port.to_be_bytes(),
+        udp_dst: sr.origin_port().to_be_bytes(),
+    };
+    let rewrite = Rewrite {
+        answer: true,
+        status: answer.status,
+        idx: sr.idx,
+        payload_len: answer.payload_len,
+    };
+    if emit(ctx, req, &to, &rewrite) != 0 {
+        return TX_FAILED;
+    }
+    if local {
+        count_event(Event::PassLocalAnswer);
+        return xdp_action::XDP_PASS;
+    }
+    egress(ctx, hop.ifindex)
+}
+
+/// XDP_TX out of the interface the frame came in on, else a redirect.
+#[inline(always)]
+fn egress(ctx: &XdpContext, ifindex: u32) -> u32 {
+    // SAFETY: the XDP context of this frame; bpf_redirect only records the target.
+    unsafe {
+        if ifindex == (*ctx.ctx).ingress_ifindex {
+            xdp_action::XDP_TX
+        } else {
+            bpf_redirect(ifindex, 0) as u32
+        }
+    }
+}
+
+/// What `emit` makes of a CHAIN packet.
+struct Rewrite {
+    /// A response with `status`; else the request forwarded as it is.
+    answer: bool,
+    status: u8,
+    /// The SR idx it leaves with.
+    idx: u8,
+    /// Payload bytes kept.
+    payload_len: u32,
+}
+
+/// Rewrites the frame in place: IPv4 options dropped, carrier addressed by
+/// `to`, NetDAM header and SR idx per `r`. Returns 0 or -1. Not inlined: the
+/// header buffers get their own stack frame, off the call chain of the
+/// vector callbacks.
+#[inline(never)]
+fn emit(ctx: &XdpContext, req: &Request, to: &Addressing, r: &Rewrite) -> i32 {
+    if respond::turn_around(ctx, req).is_err() {
+        return -1;
+    }
+    let mut hdr: NetdamHdr = req.hdr;
+    if r.answer {
+        hdr.make_response(Status::from_u8(r.status).unwrap_or(Status::Ok), r.payload_len as u16);
+    }
+    if respond::store_headers(ctx, req, to, &mut hdr, r.payload_len) != 0 {
+        return -1;
+    }
+    let mut idx = r.idx;
+    // SAFETY: one byte from the stack into the SR header (idx at offset 1).
+    unsafe {
+        bpf_xdp_store_bytes(
+            ctx.ctx,
+            (CARRIER_LEN + HDR_LEN + 1) as u32,
+            (&mut idx as *mut u8).cast(),
+            1,
+        ) as i32
+    }
+}
+
+/// Whether `ip_be` may be forwarded to or answered: any address when the
+/// peer table is empty (section 1).
+#[inline(always)]
+fn is_peer(cfg: &NodeConfig, ip_be: u32) -> bool {
+    // SAFETY: a lookup in a hash map of plain values.
+    cfg.flags & cfg_flags::PEERS_ONLY == 0 || unsafe { PEERS.get(&ip_be) }.is_some()
+}

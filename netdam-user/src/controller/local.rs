@@ -1,0 +1,85 @@
+//! A node served on this host by another process (`netdam serve`), reached
+//! through its pinned maps: its config, its memory (mapped, no copy through
+//! the kernel) and its readiness generations. What `netdam ready` and the
+//! collective engine use.
+
+use std::{net::Ipv4Addr, path::Path};
+
+use aya::maps::{Array, HashMap as BpfHashMap, Map, MapData};
+use netdam_common::NodeConfig;
+
+use super::{ControllerError, NetdamMemory, MAP_CONFIG, MAP_GENERATIONS, MAP_MEM};
+
+pub struct LocalNode {
+    pub config: NodeConfig,
+    memory: NetdamMemory,
+    generations: BpfHashMap<MapData, u32, u32>,
+}
+
+fn open_pin(dir: &Path, name: &'static str) -> Result<MapData, ControllerError> {
+    let path = dir.join(name);
+    if !path.exists() {
+        return Err(ControllerError::Io(
+            format!("no pinned map at {}", path.display()),
+            std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "is `netdam serve` running on this host? pass its --pin-dir or --iface",
+            ),
+        ));
+    }
+    MapData::from_pin(&path).map_err(|e| ControllerError::Map(name, e))
+}
+
+impl LocalNode {
+    pub fn open(dir: &Path) -> Result<LocalNode, ControllerError> {
+        let cfg: Array<MapData, NodeConfig> =
+            Array::try_from(Map::Array(open_pin(dir, MAP_CONFIG)?)).map_err(|e| ControllerError::Map(MAP_CONFIG, e))?;
+        let config = cfg.get(&0, 0).map_err(|e| ControllerError::Map(MAP_CONFIG, e))?;
+        let mem = open_pin(dir, MAP_MEM)?;
+        let memory = NetdamMemory::map(mem.fd(), config.mem_size as usize)?;
+        let generations = BpfHashMap::try_from(Map::HashMap(open_pin(dir, MAP_GENERATIONS)?))
+            .map_err(|e| ControllerError::Map(MAP_GENERATIONS, e))?;
+        Ok(LocalNode {
+            config,
+            memory,
+            generations,
+        })
+    }
+
+    pub fn ipv4(&self) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from_be(self.config.ipv4_be))
+    }
+
+    pub fn memory(&self) -> &NetdamMemory {
+        &self.memory
+    }
+
+    pub fn generation(&self, rkey: u32) -> Result<u32, ControllerError> {
+        get_generation(&self.generations, rkey)
+    }
+
+    pub fn set_generation(&mut self, rkey: u32, generation: u32) -> Result<(), ControllerError> {
+        set_generation(&mut self.generations, rkey, generation)
+    }
+}
+
+/// The generation of region `rkey` (absent: 0, section 6).
+pub(super) fn get_generation<T: std::borrow::Borrow<MapData>>(
+    m: &BpfHashMap<T, u32, u32>,
+    rkey: u32,
+) -> Result<u32, ControllerError> {
+    match m.get(&rkey, 0) {
+        Ok(g) => Ok(g),
+        Err(aya::maps::MapError::KeyNotFound) => Ok(0),
+        Err(e) => Err(ControllerError::Map(MAP_GENERATIONS, e)),
+    }
+}
+
+pub(super) fn set_generation<T: std::borrow::BorrowMut<MapData>>(
+    m: &mut BpfHashMap<T, u32, u32>,
+    rkey: u32,
+    generation: u32,
+) -> Result<(), ControllerError> {
+    m.insert(rkey, generation, 0)
+        .map_err(|e| ControllerError::Map(MAP_GENERATIONS, e))
+}

@@ -1,0 +1,123 @@
+//! A network namespace that gives BPF_PROG_TEST_RUN a FIB: the node's
+//! interface with its address and permanent neighbour entries, so that the
+//! CHAIN program's `bpf_fib_lookup` resolves next hops as on a real node.
+
+use std::{fs::File, net::Ipv4Addr, process::Command};
+
+use aya::programs::{TestRun, TestRunOptions};
+use netdam_user::Node;
+
+use crate::progrun::Outcome;
+
+/// Removed on drop (also on panic).
+pub struct FibNetns {
+    name: String,
+    file: File,
+    /// The node's interface inside the namespace.
+    pub ifindex: u32,
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("run ip (iproute2)");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn mac_text(m: &[u8; 6]) -> String {
+    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
+}
+
+/// Runs `f` with the calling thread inside the namespace of `file`.
+fn inside<T>(file: &File, f: impl FnOnce() -> T) -> T {
+    let own = File::open("/proc/thread-self/ns/net").expect("this thread's netns");
+    nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns into the test netns");
+    let r = f();
+    nix::sched::setns(&own, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns back");
+    r
+}
+
+impl FibNetns {
+    /// Interface `nd0` with `mac` and `ip`/24, and a permanent neighbour entry per `(ip, mac)`.
+    pub fn new(prefix: &str, mac: [u8; 6], addr: Ipv4Addr, neighbours: &[(Ipv4Addr, [u8; 6])]) -> FibNetns {
+        crate::require_root();
+        let name = format!("{prefix}fib");
+        let _ = Command::new("ip").args(["netns", "del", &name]).output();
+        ip(&["netns", "add", &name]);
+        let file = File::open(format!("/run/netns/{name}")).expect("the new netns");
+        let mut ns = FibNetns { name, file, ifindex: 0 };
+        let n = ns.name.clone();
+        ip(&[
+            "-n",
+            &n,
+            "link",
+            "add",
+            "nd0",
+            "address",
+            &mac_text(&mac),
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "nd1",
+        ]);
+        ip(&["-n", &n, "link", "set", "nd0", "up"]);
+        ip(&["-n", &n, "link", "set", "nd1", "up"]);
+        ip(&["-n", &n, "addr", "add", &format!("{addr}/24"), "dev", "nd0"]);
+        for (nip, nmac) in neighbours {
+            ip(&[
+                "-n",
+                &n,
+                "neigh",
+                "replace",
+                &nip.to_string(),
+                "lladdr",
+                &mac_text(nmac),
+                "dev",
+                "nd0",
+                "nud",
+                "permanent",
+            ]);
+        }
+        // bpf_fib_lookup answers only for interfaces that forward.
+        inside(&ns.file, || {
+            std::fs::write("/proc/sys/net/ipv4/conf/nd0/forwarding", "1")
+        })
+        .expect("turn on IPv4 forwarding on nd0");
+        // SAFETY: a NUL-terminated name.
+        ns.ifindex = inside(&ns.file, || unsafe { libc::if_nametoindex(c"nd0".as_ptr()) });
+        assert!(ns.ifindex != 0, "nd0 has no ifindex");
+        ns
+    }
+
+    /// Runs one frame through the program as if it had arrived on `nd0`.
+    pub fn run(&self, node: &Node, frame: &[u8]) -> Outcome {
+        // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex.
+        let md: [u32; 6] = [0, frame.len() as u32, 0, self.ifindex, 0, 0];
+        let ctx: Vec<u8> = md.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        let mut out = vec![0u8; frame.len() + 256];
+        let r = inside(&self.file, || {
+            let opts = TestRunOptions {
+                data_in: Some(frame),
+                data_out: Some(&mut out),
+                ctx_in: Some(&ctx),
+                ..Default::default()
+            };
+            node.program().test_run(opts).expect("BPF_PROG_TEST_RUN")
+        });
+        out.truncate(r.data_size_out as usize);
+        Outcome {
+            action: r.return_value,
+            frame: out,
+        }
+    }
+}
+
+impl Drop for FibNetns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).output();
+    }
+}
