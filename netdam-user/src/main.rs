@@ -14,7 +14,7 @@ use netdam_user::{
         format_values, parse_alu, parse_dtype, parse_number, parse_region, parse_rkey, parse_size, parse_values,
         perm_letters,
     },
-    controller::{pins, AttachMode, Interface, Node, NodeSpec},
+    controller::{neighbours, pins, AttachMode, Interface, LocalNode, Node, NodeSpec},
     stats::Stats,
     testbed::Testbed,
     Client, ClientConfig, ClientError,
@@ -60,6 +60,9 @@ enum Cmd {
     Swap(AtomicArgs),
     /// Print a local node's counters (requests by opcode and status, drops).
     Stats(StatsArgs),
+    /// Set (raise) a local node's readiness generation of a region: CHAIN hops
+    /// on it run only for packets whose tag equals it (PROTOCOL.md section 6).
+    Ready(ReadyArgs),
     /// Remove a local node's pinned maps: its memory and counters are lost.
     Unpin(PinDirArgs),
     /// Build, show or remove the namespace testbed (test hosts on a bridge; needs root).
@@ -262,6 +265,22 @@ struct StatsArgs {
     json: bool,
 }
 
+#[derive(Args)]
+struct ReadyArgs {
+    /// Interface of the node (its default pin directory).
+    #[arg(long, required_unless_present = "pin_dir")]
+    iface: Option<String>,
+    /// The node's pin directory.
+    #[arg(long)]
+    pin_dir: Option<PathBuf>,
+    /// Key of the region (hex or decimal).
+    #[arg(long, value_parser = parse_rkey)]
+    rkey: u32,
+    /// The new generation; without it, the current one is printed.
+    #[arg(long)]
+    gen: Option<u32>,
+}
+
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
@@ -357,6 +376,20 @@ async fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
+        Cmd::Ready(a) => {
+            let dir = stats_dir(a.pin_dir, a.iface.as_deref())?;
+            let mut node =
+                LocalNode::open(&dir).with_context(|| format!("opening the node pinned in {}", dir.display()))?;
+            let old = node.generation(a.rkey)?;
+            match a.gen {
+                Some(g) => {
+                    node.set_generation(a.rkey, g)?;
+                    println!("region {:#x}: generation {old} -> {g}", a.rkey);
+                }
+                None => println!("region {:#x}: generation {old}", a.rkey),
+            }
+            Ok(())
+        }
         Cmd::Testbed(t) => testbed(t).await,
         Cmd::Unpin(a) => {
             let Some(dir) = a.pin_dir else {
@@ -365,6 +398,36 @@ async fn run(cli: Cli) -> Result<()> {
             let removed = pins::unpin(&dir)?;
             println!("removed {} pinned map(s) from {}", removed.len(), dir.display());
             Ok(())
+        }
+    }
+}
+
+/// IPv4 forwarding on the served interface, which `bpf_fib_lookup` needs
+/// to resolve CHAIN next hops (docs/conformance.md 13); the old value is
+/// restored on drop.
+struct ForwardingGuard {
+    path: PathBuf,
+    old: String,
+}
+
+impl ForwardingGuard {
+    fn enable(iface: &str) -> Result<ForwardingGuard> {
+        let path = PathBuf::from(format!("/proc/sys/net/ipv4/conf/{iface}/forwarding"));
+        let old = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        if old.trim() != "1" {
+            std::fs::write(&path, "1").with_context(|| format!("turning on IPv4 forwarding ({})", path.display()))?;
+            log::info!("turned on IPv4 forwarding on {iface} for CHAIN next hops (restored on exit)");
+        }
+        Ok(ForwardingGuard { path, old })
+    }
+}
+
+impl Drop for ForwardingGuard {
+    fn drop(&mut self) {
+        if self.old.trim() != "1" {
+            if let Err(e) = std::fs::write(&self.path, self.old.trim()) {
+                log::warn!("restoring {}: {e}", self.path.display());
+            }
         }
     }
 }
@@ -418,6 +481,11 @@ async fn serve(a: ServeArgs) -> Result<()> {
             pin_dir.display()
         );
     }
+    let forwarding = ForwardingGuard::enable(&a.iface)?;
+    let unresolved = neighbours::resolve(&a.iface, ipv4, &spec.peers, Duration::from_secs(1));
+    if !unresolved.is_empty() {
+        log::warn!("no neighbour entry yet for peer(s) {unresolved:?}: CHAIN packets to them are dropped until they answer ARP");
+    }
     let mode = node.attach(&a.iface, a.mode)?;
     log::info!(
         "serving NetDAM on {} ({mode} XDP): {ipv4} port {} mtu {}, {} region(s){}, {} peer(s)",
@@ -445,6 +513,10 @@ async fn serve(a: ServeArgs) -> Result<()> {
     loop {
         tokio::select! {
             _ = sweep.tick() => {
+                let left = neighbours::resolve(&a.iface, ipv4, &spec.peers, Duration::ZERO);
+                if !left.is_empty() {
+                    log::debug!("peers without a neighbour entry: {left:?}");
+                }
                 match node.expire_windows(idle) {
                     Ok(0) => {}
                     Ok(n) => log::debug!("removed {n} idle at-most-once window(s)"),
@@ -460,6 +532,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
         }
     }
     node.detach()?;
+    drop(forwarding);
     log::info!(
         "detached from {}; memory and counters stay pinned in {}",
         a.iface,
