@@ -39,7 +39,8 @@ pub fn run(ctx: &XdpContext, cfg: &NodeConfig, req: &Request) -> Result<u32, Ver
     action
 }
 
-enum Failure {
+/// Why a request (or a CHAIN hop) was not executed and answered OK.
+pub enum Failure {
     /// Not executed (or a repeat); answered with this status.
     Status(Status),
     /// Neither executed nor answerable.

@@ -27,8 +27,9 @@ use crate::{
     carrier::{self, load, Request},
     maps::{count, count_event, CHAIN_STATE, GENERATIONS, PEERS, REGIONS},
     memory,
+    ops::Failure,
     respond::{self, Addressing},
-    vector::{self, VectorFailed, VectorOp},
+    vector::{self, VectorOp},
     window::{self, Claimed},
     Verdict,
 };
@@ -173,24 +174,6 @@ fn next_segment(ctx: &XdpContext, at: &At) -> Option<Segment> {
     Some(next)
 }
 
-enum HopFailed {
-    /// Not executed (or a repeat): the origin gets this status.
-    Status(Status),
-    Verdict(Verdict),
-}
-
-impl From<Status> for HopFailed {
-    fn from(s: Status) -> Self {
-        HopFailed::Status(s)
-    }
-}
-
-impl From<Verdict> for HopFailed {
-    fn from(v: Verdict) -> Self {
-        HopFailed::Verdict(v)
-    }
-}
-
 /// Where the packet is in its SR program.
 struct At {
     sr: SrFixed,
@@ -224,9 +207,9 @@ fn hop(ctx: &XdpContext, cfg: &NodeConfig, req: &Request, at: &At, done: &mut Do
             done.forwards = at.shape.forwards();
             done.next = next_segment(ctx, at).unwrap_or_default();
         }
-        Err(HopFailed::Status(s)) => done.status = s as u8,
-        Err(HopFailed::Verdict(Verdict::Drop(e) | Verdict::PassCounted(e))) => done.dropped = Some(e),
-        Err(HopFailed::Verdict(Verdict::Pass)) => done.dropped = Some(Event::DropTruncated),
+        Err(Failure::Status(s)) => done.status = s as u8,
+        Err(Failure::Verdict(Verdict::Drop(e) | Verdict::PassCounted(e))) => done.dropped = Some(e),
+        Err(Failure::Verdict(Verdict::Pass)) => done.dropped = Some(Event::DropTruncated),
     }
 }
 
@@ -240,7 +223,7 @@ fn try_hop(
     sr: &SrFixed,
     shape: SrShape,
     sr_off: u32,
-) -> Result<u32, HopFailed> {
+) -> Result<u32, Failure> {
     let h = &req.hdr;
     let mut here = Segment::default();
     load(ctx, segment_off(sr_off, shape.idx), &mut here)?;
@@ -294,7 +277,7 @@ fn try_hop(
 /// The hop op on the payload in the frame and on memory. One call site per
 /// helper, so that the verifier walks each once.
 #[inline(always)]
-fn execute(ctx: &XdpContext, req: &Request, hop: &CheckedHop, dst_addr: u64) -> Result<(), HopFailed> {
+fn execute(ctx: &XdpContext, req: &Request, hop: &CheckedHop, dst_addr: u64) -> Result<(), Failure> {
     let h = &req.hdr;
     let len = h.len() as u32;
     if let Some((dtype, alu)) = hop.vector {
@@ -303,17 +286,11 @@ fn execute(ctx: &XdpContext, req: &Request, hop: &CheckedHop, dst_addr: u64) -> 
         } else {
             VectorOp::Reduce
         };
-        vector::run(ctx, op, req.payload_off, h.addr(), len, dtype, alu).map_err(|e| match e {
-            VectorFailed::Copy => HopFailed::Verdict(Verdict::Drop(Event::DropTxFailed)),
-            VectorFailed::Contended => {
-                count_event(Event::CasContended);
-                HopFailed::Status(Status::NotReady)
-            }
-        })?;
+        vector::run(ctx, op, req.payload_off, h.addr(), len, dtype, alu)?;
     }
     if matches!(hop.op, HopOp::Write | HopOp::ReduceWrite) {
         memory::frame_to_mem(ctx, req.payload_off, dst_addr, len)
-            .map_err(|_| HopFailed::Verdict(Verdict::Drop(Event::DropTxFailed)))?;
+            .map_err(|_| Failure::Verdict(Verdict::Drop(Event::DropTxFailed)))?;
     }
     Ok(())
 }
