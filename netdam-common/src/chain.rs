@@ -371,9 +371,41 @@ pub const fn ring_member(origin: usize, i: usize, members: usize) -> usize {
     }
 }
 
+/// The result a ring all-reduce (section 6) must produce, for checking one:
+/// `inputs` holds one little-endian vector per member in group order, each
+/// covering the same elements as `out`, and `first_elem` is the index of
+/// `out`'s first element in the whole vector (so a large result can be
+/// checked a window at a time). Element e of chunk k = e / chunk_elems is
+/// ((x_o + x_(o+1)) + ...) + x_(o+N-1) with o = k mod N, `+` being `alu`:
+/// the order the ring's REDUCE hops fold it in, which fixes the f32 bits.
+pub fn ring_result(dtype: Dtype, alu: Alu, inputs: &[&[u8]], chunk_elems: u32, first_elem: u64, out: &mut [u8]) {
+    let n = inputs.len();
+    let w = dtype.width() as usize;
+    for (i, o) in out.chunks_exact_mut(w).enumerate() {
+        let chunk = (first_elem + i as u64) / chunk_elems.max(1) as u64;
+        let origin = (chunk % n as u64) as usize;
+        let at = i * w..(i + 1) * w;
+        o.copy_from_slice(&inputs[origin][at.clone()]);
+        for j in 1..n {
+            let x = &inputs[(origin + j) % n][at.clone()];
+            if w == 4 {
+                let a = u32::from_le_bytes([o[0], o[1], o[2], o[3]]);
+                let b = u32::from_le_bytes([x[0], x[1], x[2], x[3]]);
+                o.copy_from_slice(&crate::alu::combine32(dtype, alu, a, b).to_le_bytes());
+            } else {
+                let a = u64::from_le_bytes([o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7]]);
+                let b = u64::from_le_bytes([x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]]);
+                o.copy_from_slice(&crate::alu::combine64(dtype, alu, a, b).to_le_bytes());
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    extern crate std;
     use super::*;
+    use std::vec::Vec;
 
     #[test]
     fn sr_fixed_layout_is_the_wire_layout() {
@@ -479,5 +511,48 @@ mod tests {
         hw.dtype = 0;
         let write = Segment::new(me.ip, me.port, HopOp::Write);
         assert!(check(&hw, &write, &next, true, Some(&rw)).is_ok());
+    }
+    #[test]
+    fn ring_result_folds_in_the_ring_order_of_each_chunk() {
+        // f32 addition is not associative: 1e8 + 1 rounds back to 1e8.
+        let x: [f32; 3] = [1e8, 1.0, -1e8];
+        let bytes: Vec<[u8; 12]> = x
+            .iter()
+            .map(|v| {
+                let mut b = [0u8; 12];
+                for e in 0..3 {
+                    b[e * 4..e * 4 + 4].copy_from_slice(&v.to_le_bytes());
+                }
+                b
+            })
+            .collect();
+        let inputs: Vec<&[u8]> = bytes.iter().map(|b| &b[..]).collect();
+        let mut out = [0u8; 12];
+        // One element per chunk: element k starts at member k mod 3.
+        ring_result(Dtype::F32, Alu::Add, &inputs, 1, 0, &mut out);
+        let got: Vec<f32> = out
+            .chunks(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        // (1e8 + 1) - 1e8 = 0; (1 - 1e8) + 1e8 = 0; (-1e8 + 1e8) + 1 = 1.
+        assert_eq!(got, [0.0, 0.0, 1.0]);
+        // A window of the same result: elements 1 and 2 only.
+        let mut tail = [0u8; 8];
+        let shifted: Vec<&[u8]> = bytes.iter().map(|b| &b[4..]).collect();
+        ring_result(Dtype::F32, Alu::Add, &shifted, 1, 1, &mut tail);
+        assert_eq!(tail, out[4..]);
+        // Two elements per chunk: both elements of chunk 0 start at member 0.
+        ring_result(Dtype::F32, Alu::Add, &inputs, 2, 0, &mut out);
+        let got: Vec<f32> = out
+            .chunks(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(got, [0.0, 0.0, 0.0]);
+        // 64-bit integers: signed MIN across members.
+        let a = (-5i64).to_le_bytes();
+        let b = 3i64.to_le_bytes();
+        let mut m = [0u8; 8];
+        ring_result(Dtype::I64, Alu::Min, &[&a[..], &b[..]], 4, 0, &mut m);
+        assert_eq!(i64::from_le_bytes(m), -5);
     }
 }

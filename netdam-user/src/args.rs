@@ -25,6 +25,8 @@ pub enum ArgError {
     RegionPerm { spec: String, letter: char },
     #[error("region {0:?} has size 0")]
     RegionEmpty(String),
+    #[error("{0:?} is not a group: expected the members' IPv4 addresses in group order, comma-separated, e.g. 198.18.0.1,198.18.0.2")]
+    Group(String),
 }
 
 /// A number in decimal or 0x-hex.
@@ -150,6 +152,13 @@ pub fn format_values(v: &[u8], dtype: Dtype) -> String {
         .join(",")
 }
 
+/// `IP,IP,...`: the members of a collective, in group order.
+pub fn parse_group(s: &str) -> Result<Vec<std::net::Ipv4Addr>, ArgError> {
+    s.split(',')
+        .map(|m| m.trim().parse().map_err(|_| ArgError::Group(s.to_string())))
+        .collect()
+}
+
 /// `rwam`-style letters of a permission set.
 pub fn perm_letters(perms: u32) -> String {
     [
@@ -196,6 +205,11 @@ mod tests {
         );
         assert!(matches!(parse_values("1,x", Dtype::U64), Err(ArgError::Value { .. })));
         assert!(parse_values("-1", Dtype::U32).is_err());
+        assert_eq!(
+            parse_group("198.18.0.1, 198.18.0.2"),
+            Ok(vec![[198, 18, 0, 1].into(), [198, 18, 0, 2].into()])
+        );
+        assert!(matches!(parse_group("198.18.0.1;198.18.0.2"), Err(ArgError::Group(_))));
     }
 
     #[test]

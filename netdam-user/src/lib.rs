@@ -4,6 +4,7 @@
 
 pub mod args;
 pub mod client;
+pub mod collective;
 pub mod controller;
 pub mod stats;
 pub mod testbed;

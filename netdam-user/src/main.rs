@@ -11,9 +11,10 @@ use netdam_common::{
 };
 use netdam_user::{
     args::{
-        format_values, parse_alu, parse_dtype, parse_number, parse_region, parse_rkey, parse_size, parse_values,
-        perm_letters,
+        format_values, parse_alu, parse_dtype, parse_group, parse_number, parse_region, parse_rkey, parse_size,
+        parse_values, perm_letters,
     },
+    collective::{inputs, Allreduce, Collective, CollectiveConfig, Group},
     controller::{neighbours, pins, AttachMode, Interface, LocalNode, Node, NodeSpec},
     stats::Stats,
     testbed::Testbed,
@@ -63,6 +64,9 @@ enum Cmd {
     /// Set (raise) a local node's readiness generation of a region: CHAIN hops
     /// on it run only for packets whose tag equals it (PROTOCOL.md section 6).
     Ready(ReadyArgs),
+    /// Run ring all-reduces that the network does (PROTOCOL.md section 6); run it
+    /// on every member of the group, each beside its own `netdam serve`.
+    Allreduce(AllreduceArgs),
     /// Remove a local node's pinned maps: its memory and counters are lost.
     Unpin(PinDirArgs),
     /// Build, show or remove the namespace testbed (test hosts on a bridge; needs root).
@@ -281,6 +285,80 @@ struct ReadyArgs {
     gen: Option<u32>,
 }
 
+#[derive(Args)]
+#[command(
+    after_help = "Every member's memory holds, at the same addresses: the sync area (8 bytes per member), \
+    the input and the output, all inside region --rkey with READ, WRITE and ATOMIC (rwa). Without --check the \
+    input is whatever the host placed there (e.g. through the node's mmap); with --check every member writes \
+    inputs derived from --seed, and counts the result's elements that differ from the ring's (PROTOCOL.md section 6 \
+    fixes the f32 order). Prints one nccl-tests row per run."
+)]
+struct AllreduceArgs {
+    /// The members' IPv4 addresses in group order (2 to 8), e.g. 198.18.0.1,198.18.0.2,198.18.0.3.
+    #[arg(long, value_parser = parse_group)]
+    group: std::vec::Vec<Ipv4Addr>,
+    /// Interface of this member's node (its default pin directory).
+    #[arg(long, required_unless_present = "pin_dir")]
+    iface: Option<String>,
+    /// This member's node's pin directory.
+    #[arg(long)]
+    pin_dir: Option<PathBuf>,
+    /// Key of the region the input, output and sync area lie in (hex or decimal).
+    #[arg(long, value_parser = parse_rkey)]
+    rkey: u32,
+    /// Elements of the vector.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    count: u64,
+    /// Element type: i32, u32, i64, u64, f32.
+    #[arg(long, value_parser = parse_dtype, default_value = "i32")]
+    dtype: Dtype,
+    /// Operator: sum, min, max, and, or, xor (the bitwise ones not on f32).
+    #[arg(long, value_parser = parse_alu, default_value = "sum")]
+    op: Alu,
+    /// Timed all-reduces.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    iters: u32,
+    /// Untimed all-reduces before them.
+    #[arg(long, default_value_t = 0)]
+    warmup: u32,
+    /// Write seeded inputs and count the wrong elements of the result.
+    #[arg(long)]
+    check: bool,
+    /// Seed of the --check inputs (the same on every member).
+    #[arg(long, default_value_t = 1, value_parser = parse_number)]
+    seed: u64,
+    /// Address of the sync area (8 bytes per member, 8-aligned).
+    #[arg(long, default_value = "0", value_parser = parse_size)]
+    sync_addr: u64,
+    /// Address of the input [default: 4KiB].
+    #[arg(long, value_parser = parse_size, default_value = "4KiB")]
+    input_addr: u64,
+    /// Address of the output [default: right after the input, 4KiB-aligned].
+    #[arg(long, value_parser = parse_size)]
+    output_addr: Option<u64>,
+    /// UDP port P of the members.
+    #[arg(long, default_value_t = DEFAULT_PORT)]
+    port: u16,
+    /// IP MTU of the group's paths, which fixes the chunking [default: the node's].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(100..=9216))]
+    mtu: Option<u32>,
+    /// Chunks in flight (1..1023).
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u16).range(1..1024))]
+    window: u16,
+    /// Milliseconds to wait for a chunk's answer before resending it.
+    #[arg(long, default_value_t = 200)]
+    timeout_ms: u64,
+    /// Resends of a chunk before giving up.
+    #[arg(long, default_value_t = 10)]
+    retries: u32,
+    /// Seconds to wait for the other members (to start, and to finish their chunks).
+    #[arg(long, default_value_t = 30)]
+    patience: u64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
@@ -391,6 +469,9 @@ async fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Testbed(t) => testbed(t).await,
+        Cmd::Allreduce(a) => tokio::task::spawn_blocking(move || allreduce(a))
+            .await
+            .context("the all-reduce thread")?,
         Cmd::Unpin(a) => {
             let Some(dir) = a.pin_dir else {
                 bail!("give the node's --pin-dir (e.g. /sys/fs/bpf/netdam/eth0)")
@@ -456,6 +537,13 @@ async fn serve(a: ServeArgs) -> Result<()> {
     if a.peers.is_empty() {
         log::warn!("no --peer given: any source may use this node's memory (PROTOCOL.md section 1)");
     }
+    // The node's own address is a peer: a collective that this host
+    // originates passes through its own node (the ring's o:WRITE hop),
+    // and that hop checks the origin against the peer table.
+    let mut peers = a.peers.clone();
+    if !peers.is_empty() && !peers.contains(&ipv4) {
+        peers.push(ipv4);
+    }
     let spec = NodeSpec {
         port: a.port,
         mem_size: a.mem_size,
@@ -463,7 +551,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
         ipv4,
         mtu: iface.mtu,
         regions: a.regions.clone(),
-        peers: a.peers.clone(),
+        peers,
         verify_csum: a.verify_csum,
         window_sources: a.window_sources,
     };
@@ -732,4 +820,187 @@ async fn demo(nodes: usize, prefix: &str) -> Result<()> {
     drop(tb);
     println!("testbed {prefix} torn down");
     Ok(())
+}
+
+/// One `netdam allreduce` run as this member saw it: a row of the
+/// nccl-tests table, and what the xtask sweep gathers from every member.
+#[derive(serde::Serialize)]
+struct AllreduceRow {
+    member: Ipv4Addr,
+    rank: usize,
+    members: usize,
+    bytes: u64,
+    count: u64,
+    dtype: &'static str,
+    op: &'static str,
+    iters: u32,
+    /// Mean of the timed iterations, microseconds.
+    time_us: f64,
+    times_us: Vec<f64>,
+    algbw_gbps: f64,
+    busbw_gbps: f64,
+    /// Wrong elements of the result; `None` without --check.
+    wrong: Option<u64>,
+    chunks: u64,
+    own_chunks: u64,
+    resent: u64,
+    not_ready: u64,
+    generations: (u32, u32),
+}
+
+/// nccl-tests' name of an operator.
+fn redop(alu: Alu) -> &'static str {
+    match alu {
+        Alu::Add => "sum",
+        Alu::Min => "min",
+        Alu::Max => "max",
+        Alu::And => "and",
+        Alu::Or => "or",
+        Alu::Xor => "xor",
+    }
+}
+
+fn allreduce(a: AllreduceArgs) -> Result<()> {
+    let dir = stats_dir(a.pin_dir.clone(), a.iface.as_deref())?;
+    let node = LocalNode::open(&dir).with_context(|| format!("opening the node pinned in {}", dir.display()))?;
+    let mtu = a.mtu.unwrap_or(node.config.mtu);
+    let width = a.dtype.width() as u64;
+    let bytes = a
+        .count
+        .checked_mul(width)
+        .context("--count x the element width overflows")?;
+    let output_addr = a
+        .output_addr
+        .unwrap_or_else(|| (a.input_addr + bytes).next_multiple_of(4096));
+    let op = Allreduce {
+        rkey: a.rkey,
+        input_addr: a.input_addr,
+        output_addr,
+        count: a.count,
+        dtype: a.dtype,
+        alu: a.op,
+    };
+    if a.dtype == Dtype::F32 && a.op.is_bitwise() {
+        bail!(
+            "--op {} is bitwise: it is defined for integer dtypes only, not f32",
+            redop(a.op)
+        );
+    }
+    let cfg = CollectiveConfig {
+        mtu,
+        window: a.window as usize,
+        timeout: Duration::from_millis(a.timeout_ms),
+        retries: a.retries,
+        patience: Duration::from_secs(a.patience),
+        sync_addr: a.sync_addr,
+    };
+    let group = Group {
+        members: a.group.clone(),
+        port: a.port,
+    };
+    let mut coll = Collective::new(node, group, cfg)?;
+    let plan = coll.plan(&op)?;
+    let rank = coll.rank();
+    let n = a.group.len();
+    if a.check {
+        let mut input = vec![0u8; bytes as usize];
+        inputs::member_input(a.seed, rank, a.dtype, 0, &mut input);
+        coll.node().memory().write(op.input_addr, &input)?;
+    }
+    let total = a.warmup + a.iters;
+    let pb = if total >= 20 && !a.json {
+        ProgressBar::new(total as u64)
+    } else {
+        ProgressBar::hidden()
+    };
+    let mut times = Vec::new();
+    let mut reports = Vec::new();
+    for i in 0..total {
+        let r = coll.allreduce(&op)?;
+        if i >= a.warmup {
+            times.push(r.elapsed.as_secs_f64() * 1e6);
+        }
+        reports.push(r);
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    let wrong = if a.check {
+        let mut out = vec![0u8; bytes as usize];
+        coll.node().memory().read(op.output_addr, &mut out)?;
+        Some(inputs::count_wrong(a.seed, n, a.dtype, a.op, plan.chunk_elems, &out))
+    } else {
+        None
+    };
+    let time_us = times.iter().sum::<f64>() / times.len() as f64;
+    let algbw = bytes as f64 / time_us / 1e3;
+    let last = reports.last().expect("at least one iteration");
+    let row = AllreduceRow {
+        member: coll.node().ipv4(),
+        rank,
+        members: n,
+        bytes,
+        count: a.count,
+        dtype: a.dtype.name(),
+        op: redop(a.op),
+        iters: a.iters,
+        time_us,
+        times_us: times,
+        algbw_gbps: algbw,
+        busbw_gbps: algbw * 2.0 * (n - 1) as f64 / n as f64,
+        wrong,
+        chunks: last.chunks,
+        own_chunks: last.own_chunks,
+        resent: reports.iter().map(|r| r.resent).sum(),
+        not_ready: reports.iter().map(|r| r.not_ready).sum(),
+        generations: (reports[0].generation, last.generation),
+    };
+    if a.json {
+        println!("{}", serde_json::to_string(&row)?);
+    } else {
+        println!("{}", nccl_header());
+        println!("{}", nccl_row(&row));
+    }
+    if let Some(w) = row.wrong.filter(|w| *w > 0) {
+        bail!(
+            "{w} element(s) of the result differ from the ring's (member {}, rank {rank})",
+            row.member
+        );
+    }
+    Ok(())
+}
+
+fn nccl_header() -> String {
+    format!(
+        "{:>12} {:>12} {:>6} {:>6} {:>10} {:>8} {:>8} {:>8}\n{:>12} {:>12} {:>6} {:>6} {:>10} {:>8} {:>8} {:>8}",
+        "size",
+        "count",
+        "type",
+        "redop",
+        "time",
+        "algbw",
+        "busbw",
+        "#wrong",
+        "(B)",
+        "(elements)",
+        "",
+        "",
+        "(us)",
+        "(GB/s)",
+        "(GB/s)",
+        ""
+    )
+}
+
+fn nccl_row(r: &AllreduceRow) -> String {
+    format!(
+        "{:>12} {:>12} {:>6} {:>6} {:>10.1} {:>8.3} {:>8.3} {:>8}",
+        r.bytes,
+        r.count,
+        r.dtype,
+        r.op,
+        r.time_us,
+        r.algbw_gbps,
+        r.busbw_gbps,
+        r.wrong.map_or("N/A".to_string(), |w| w.to_string())
+    )
 }

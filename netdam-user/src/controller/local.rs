@@ -35,6 +35,9 @@ impl LocalNode {
         let cfg: Array<MapData, NodeConfig> =
             Array::try_from(Map::Array(open_pin(dir, MAP_CONFIG)?)).map_err(|e| ControllerError::Map(MAP_CONFIG, e))?;
         let config = cfg.get(&0, 0).map_err(|e| ControllerError::Map(MAP_CONFIG, e))?;
+        if config.mem_size == 0 {
+            return Err(ControllerError::Unconfigured(dir.to_path_buf()));
+        }
         let mem = open_pin(dir, MAP_MEM)?;
         let memory = NetdamMemory::map(mem.fd(), config.mem_size as usize)?;
         let generations = BpfHashMap::try_from(Map::HashMap(open_pin(dir, MAP_GENERATIONS)?))

@@ -105,6 +105,8 @@ pub enum ControllerError {
         hint: &'static str,
         source: Box<ProgramError>,
     },
+    #[error("the node pinned in {0} has no configuration yet: its `netdam serve` is still starting (wait for \"serving NetDAM on\")")]
+    Unconfigured(PathBuf),
     #[error("NetDAM memory range [{addr:#x}, +{len}) is outside the {size}-byte memory")]
     MemoryRange { addr: u64, len: usize, size: usize },
     #[error("{0}: {1}")]

@@ -1,0 +1,262 @@
+//! Requests that must each get one OK answer, sent with a bounded window in
+//! flight and resent on timeout (every request here is idempotent), over
+//! one UDP socket whose address the answers come back to.
+//!
+//! NOT_READY is not a failure: a member has not raised its generation yet,
+//! so the request is resent with a growing pause, for as long as the
+//! caller's patience lasts.
+
+use std::{
+    cmp::Reverse,
+    collections::BinaryHeap,
+    io::ErrorKind,
+    net::{Ipv4Addr, SocketAddrV4, UdpSocket},
+    time::{Duration, Instant},
+};
+
+use netdam_common::{wire::HDR_LEN, NetdamHdr, Status};
+
+/// How requests are paced.
+#[derive(Clone, Copy, Debug)]
+pub struct Pacing {
+    /// Requests in flight at once.
+    pub window: usize,
+    /// How long to wait for each answer before resending.
+    pub timeout: Duration,
+    /// Resends after a timeout before giving up.
+    pub retries: u32,
+    /// How long a request may keep being answered NOT_READY.
+    pub patience: Duration,
+}
+
+/// What one exchange did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sent {
+    pub requests: u64,
+    /// Resends after a timeout.
+    pub resent: u64,
+    /// Resends after NOT_READY.
+    pub not_ready: u64,
+}
+
+impl std::ops::AddAssign for Sent {
+    fn add_assign(&mut self, o: Sent) {
+        self.requests += o.requests;
+        self.resent += o.resent;
+        self.not_ready += o.not_ready;
+    }
+}
+
+/// Why an exchange stopped short.
+#[derive(Debug)]
+pub enum Stopped {
+    /// Request `index` got no answer after every retry; `unanswered` lists
+    /// every request in flight then that had timed out at least once.
+    Timeout {
+        unanswered: Vec<usize>,
+    },
+    /// Request `index` was answered with `status`; `sr_idx` is the SR idx of
+    /// the answer (the hop that answered) for CHAIN requests.
+    Refused {
+        index: usize,
+        status: Status,
+        sr_idx: Option<u8>,
+        from: Ipv4Addr,
+    },
+    /// Request `index` was still NOT_READY when patience ran out.
+    NotReady {
+        index: usize,
+        sr_idx: Option<u8>,
+        from: Ipv4Addr,
+    },
+    Io(std::io::Error),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum State {
+    Unsent,
+    Waiting,
+    Done,
+}
+
+struct Slot {
+    state: State,
+    /// Timeouts so far.
+    timeouts: u32,
+    /// Sends so far: a queued deadline that names an older send is stale.
+    sends: u32,
+    /// NOT_READY answers so far, and when the first came.
+    not_ready: u32,
+    first_not_ready: Option<Instant>,
+}
+
+/// Requests `0..n` of one exchange: request i goes to `dest(i)` with seq
+/// `seq_base + i` and tag `tag`, as `build(i, seq, buf)` appends it.
+pub struct Requests<D, B> {
+    pub n: usize,
+    pub seq_base: u32,
+    pub tag: u32,
+    pub dest: D,
+    pub build: B,
+}
+
+/// Sends `reqs` until each has an OK answer (whose payload goes to
+/// `answered(i, payload)`). Answers to anything else arriving on the socket
+/// are ignored.
+pub fn exchange<D, B>(
+    sock: &UdpSocket,
+    pacing: &Pacing,
+    reqs: Requests<D, B>,
+    mut answered: impl FnMut(usize, &[u8]),
+) -> Result<Sent, Stopped>
+where
+    D: Fn(usize) -> SocketAddrV4,
+    B: FnMut(usize, u32, &mut Vec<u8>),
+{
+    let Requests {
+        n,
+        seq_base,
+        tag,
+        dest,
+        mut build,
+    } = reqs;
+    let mut slots: Vec<Slot> = (0..n)
+        .map(|_| Slot {
+            state: State::Unsent,
+            timeouts: 0,
+            sends: 0,
+            not_ready: 0,
+            first_not_ready: None,
+        })
+        .collect();
+    // (when, index, send number): resend deadlines and the ends of NOT_READY pauses.
+    let mut deadlines: BinaryHeap<Reverse<(Instant, usize, u32)>> = BinaryHeap::new();
+    let mut pauses: BinaryHeap<Reverse<(Instant, usize, u32)>> = BinaryHeap::new();
+    let mut sent = Sent::default();
+    let mut next_unsent = 0usize;
+    let mut in_flight = 0usize;
+    let mut done = 0usize;
+    let mut buf = Vec::with_capacity(9216);
+    let mut rbuf = vec![0u8; 65536];
+    sock.set_read_timeout(Some(Duration::from_micros(500)))
+        .map_err(Stopped::Io)?;
+    let mut send = |i: usize, slots: &mut [Slot], buf: &mut Vec<u8>| -> Result<u32, Stopped> {
+        buf.clear();
+        let seq = seq_base.wrapping_add(i as u32);
+        build(i, seq, buf);
+        match sock.send_to(buf, dest(i)) {
+            Ok(_) => {}
+            // A full socket buffer loses the datagram as the network would: the timeout resends it.
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock) || e.raw_os_error() == Some(libc::ENOBUFS) => {}
+            Err(e) => return Err(Stopped::Io(e)),
+        }
+        slots[i].sends += 1;
+        slots[i].state = State::Waiting;
+        Ok(slots[i].sends)
+    };
+    while done < n {
+        while in_flight < pacing.window && next_unsent < n {
+            let i = next_unsent;
+            next_unsent += 1;
+            let s = send(i, &mut slots, &mut buf)?;
+            sent.requests += 1;
+            in_flight += 1;
+            deadlines.push(Reverse((Instant::now() + pacing.timeout, i, s)));
+        }
+        match sock.recv_from(&mut rbuf) {
+            Ok((len, from)) => {
+                let from = match from {
+                    std::net::SocketAddr::V4(a) => *a.ip(),
+                    std::net::SocketAddr::V6(_) => continue,
+                };
+                let Some((i, status, sr_idx, payload)) = answer(&rbuf[..len], seq_base, n, tag) else {
+                    continue;
+                };
+                if slots[i].state != State::Waiting {
+                    continue;
+                }
+                match status {
+                    Status::Ok => {
+                        answered(i, payload);
+                        slots[i].state = State::Done;
+                        done += 1;
+                        in_flight -= 1;
+                    }
+                    Status::NotReady => {
+                        let now = Instant::now();
+                        let first = *slots[i].first_not_ready.get_or_insert(now);
+                        if now - first > pacing.patience {
+                            return Err(Stopped::NotReady { index: i, sr_idx, from });
+                        }
+                        // 100 us doubling to 12.8 ms: a member starting late is not flooded.
+                        let pause = Duration::from_micros(100 << slots[i].not_ready.min(7));
+                        slots[i].not_ready += 1;
+                        // The pending resend deadline of this send is dropped by bumping sends.
+                        slots[i].sends += 1;
+                        pauses.push(Reverse((now + pause, i, slots[i].sends)));
+                    }
+                    status => {
+                        return Err(Stopped::Refused {
+                            index: i,
+                            status,
+                            sr_idx,
+                            from,
+                        })
+                    }
+                }
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused => {}
+            Err(e) => return Err(Stopped::Io(e)),
+        }
+        let now = Instant::now();
+        while let Some(&Reverse((when, i, s))) = pauses.peek() {
+            if when > now {
+                break;
+            }
+            pauses.pop();
+            if slots[i].state == State::Waiting && slots[i].sends == s {
+                let s = send(i, &mut slots, &mut buf)?;
+                sent.not_ready += 1;
+                deadlines.push(Reverse((Instant::now() + pacing.timeout, i, s)));
+            }
+        }
+        while let Some(&Reverse((when, i, s))) = deadlines.peek() {
+            if when > now {
+                break;
+            }
+            deadlines.pop();
+            if slots[i].state != State::Waiting || slots[i].sends != s {
+                continue;
+            }
+            slots[i].timeouts += 1;
+            if slots[i].timeouts > pacing.retries {
+                let unanswered = (0..n)
+                    .filter(|&j| slots[j].state == State::Waiting && slots[j].timeouts > 0)
+                    .collect();
+                return Err(Stopped::Timeout { unanswered });
+            }
+            let s = send(i, &mut slots, &mut buf)?;
+            sent.resent += 1;
+            deadlines.push(Reverse((Instant::now() + pacing.timeout, i, s)));
+        }
+    }
+    Ok(sent)
+}
+
+/// The request index, status, SR idx and payload of a NetDAM response to
+/// one of requests `0..n`, if `b` is one.
+fn answer(b: &[u8], seq_base: u32, n: usize, tag: u32) -> Option<(usize, Status, Option<u8>, &[u8])> {
+    let h = NetdamHdr::from_bytes(b)?;
+    if !h.is_response() || h.tag() != tag {
+        return None;
+    }
+    let i = h.seq().wrapping_sub(seq_base) as usize;
+    if i >= n {
+        return None;
+    }
+    let sr_idx = (h.sr_len > 0).then(|| b.get(HDR_LEN + 1).copied()).flatten();
+    let start = HDR_LEN + h.sr_len as usize;
+    let payload = b.get(start..start + h.len() as usize)?;
+    Some((i, Status::from_u8(h.status)?, sr_idx, payload))
+}

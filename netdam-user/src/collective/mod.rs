@@ -1,0 +1,655 @@
+//! The collective engine: a ring all-reduce that the network does
+//! (PROTOCOL.md section 6). Each member places its input in its own NetDAM
+//! memory through the mmap, raises its generation, and starts the chunks it
+//! originates; the nodes' data paths reduce and write every chunk hop by
+//! hop, and no host CPU touches an intermediate hop.
+//!
+//! Completion: a member's own chunks are done when their answers are back
+//! (the answer comes after the chunk's last WRITE). It then raises its slot
+//! in every member's sync area (ACCUMULATE MAX, idempotent and monotonic)
+//! and waits until every slot of its own sync area has reached the
+//! generation: then every chunk has been written into its output, and no
+//! member still needs its input, so the next generation may overwrite it.
+//! Late retransmissions of a finished generation are answered STALE by
+//! members that have moved on and are ignored.
+//!
+//! Generations: in lockstep every member picks one past the latest it knows
+//! (its own, or any finished slot). A chunk answered STALE therefore means a
+//! member got ahead through an earlier failed run; the origin READs that
+//! member's raised-generation cell, adopts it and restarts the round, so
+//! the group converges on its latest generation instead of failing forever.
+//!
+//! The sync area of a group of N: N u64 slots (the generation each member
+//! finished), then one u64 cell (the generation this member raised).
+
+mod exchange;
+pub mod inputs;
+pub mod ring;
+
+use std::{
+    net::{Ipv4Addr, SocketAddrV4, UdpSocket},
+    time::{Duration, Instant},
+};
+
+use exchange::{exchange, Pacing, Requests, Sent, Stopped};
+use netdam_common::{
+    chain::{ring_member, MAX_RING},
+    wire::{flags, Alu, Dtype},
+    NetdamHdr, Opcode, Status,
+};
+use ring::{RingPlan, RingRequest};
+use thiserror::Error;
+
+use crate::{
+    client::status_hint,
+    controller::{ControllerError, LocalNode},
+};
+
+/// Bytes of one member's slot in the sync area (a u64 generation).
+pub const SYNC_SLOT: u64 = 8;
+
+/// Bytes of the sync area of a group of `members`.
+pub const fn sync_len(members: usize) -> u64 {
+    SYNC_SLOT * (members as u64 + 1)
+}
+
+/// The members of a collective, in group order, and their port P.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Group {
+    pub members: Vec<Ipv4Addr>,
+    pub port: u16,
+}
+
+/// One all-reduce: `count` elements at `input_addr` of every member,
+/// combined with `alu`, the result at `output_addr` of every member; both
+/// ranges (and the sync area) inside region `rkey` at every member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Allreduce {
+    pub rkey: u32,
+    pub input_addr: u64,
+    pub output_addr: u64,
+    pub count: u64,
+    pub dtype: Dtype,
+    pub alu: Alu,
+}
+
+impl Allreduce {
+    pub fn bytes(&self) -> u64 {
+        self.count * self.dtype.width() as u64
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct CollectiveConfig {
+    /// IP MTU of every path in the group: fixes the chunking (section 6).
+    pub mtu: u32,
+    /// Chunks in flight per member (fewer than 1024, section 7).
+    pub window: usize,
+    /// How long to wait for a chunk's answer before resending it.
+    pub timeout: Duration,
+    /// Resends of a chunk after timeouts before giving up.
+    pub retries: u32,
+    /// How long to wait for other members: to raise their generation
+    /// (NOT_READY) and to finish their chunks (the sync area).
+    pub patience: Duration,
+    /// Where the sync area (`sync_len` bytes, 8-aligned) lies in every member's memory.
+    pub sync_addr: u64,
+}
+
+impl Default for CollectiveConfig {
+    fn default() -> Self {
+        CollectiveConfig {
+            mtu: 1500,
+            window: 128,
+            timeout: Duration::from_millis(200),
+            retries: 10,
+            patience: Duration::from_secs(30),
+            sync_addr: 0,
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum CollectiveError {
+    #[error("a group has 2 to {MAX_RING} members, not {0}")]
+    GroupSize(usize),
+    #[error("{0} is in the group twice")]
+    Duplicate(Ipv4Addr),
+    #[error("this node ({me}) is not in the group {group:?}: run the collective on a member, with its own --pin-dir")]
+    NotMember { me: Ipv4Addr, group: Vec<Ipv4Addr> },
+    #[error("layout: {0}")]
+    Layout(String),
+    #[error("MTU {mtu} leaves no room for one {dtype} element after the headers of a {members}-member ring")]
+    Mtu {
+        mtu: u32,
+        dtype: &'static str,
+        members: usize,
+    },
+    #[error(
+        "all-reduce generation {generation}: {} chunk(s) got no answer after {attempts} attempt(s) of {timeout:?} each \
+         (chunks {}); {}",
+        chunks.len(),
+        list(chunks),
+        silent_text(silent)
+    )]
+    Timeout {
+        generation: u32,
+        chunks: Vec<u64>,
+        attempts: u32,
+        timeout: Duration,
+        silent: Vec<Ipv4Addr>,
+    },
+    #[error("all-reduce generation {generation}: {what} refused by {member}: {}{}", status.name(), status_hint(*status))]
+    Refused {
+        generation: u32,
+        what: String,
+        member: Ipv4Addr,
+        status: Status,
+    },
+    /// A member is at a later generation; `allreduce` adopts it and does not return this.
+    #[error("all-reduce generation {generation}: {member} is already at a later generation (STALE)")]
+    Stale { generation: u32, member: Ipv4Addr },
+    #[error("all-reduce generation {generation}: {member} did not raise its generation within {waited:?} (NOT_READY): is the collective running there?")]
+    NotReady {
+        generation: u32,
+        member: Ipv4Addr,
+        waited: Duration,
+    },
+    #[error("all-reduce generation {generation}: members {behind:?} did not finish their chunks within {waited:?}")]
+    Sync {
+        generation: u32,
+        behind: Vec<Ipv4Addr>,
+        waited: Duration,
+    },
+    #[error("the node: {0}")]
+    Node(#[from] ControllerError),
+    #[error("{0}: {1}")]
+    Io(String, #[source] std::io::Error),
+}
+
+fn list(v: &[u64]) -> String {
+    let mut s: Vec<String> = v.iter().take(16).map(u64::to_string).collect();
+    if v.len() > 16 {
+        s.push(format!("... {} more", v.len() - 16));
+    }
+    s.join(", ")
+}
+
+fn silent_text(silent: &[Ipv4Addr]) -> String {
+    if silent.is_empty() {
+        "every other member answers a NOP: frames are being lost on the way".into()
+    } else {
+        format!("members that do not answer a NOP (NetDAM not serving there?): {silent:?}")
+    }
+}
+
+/// Receive buffer of the collective's socket. Answers that arrive through
+/// veth's XDP path cost a page each, so the default 208 KiB holds only
+/// about 48, fewer than a window of chunks answers at once.
+const RECEIVE_BUFFER: usize = 16 << 20;
+
+/// Raises the socket's receive buffer to `bytes`: past net.core.rmem_max
+/// when privileged (SO_RCVBUFFORCE), else as far as rmem_max allows.
+fn grow_receive_buffer(sock: &UdpSocket, bytes: usize) {
+    use std::os::fd::AsRawFd;
+    let v = bytes as libc::c_int;
+    for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+        // SAFETY: setsockopt with an int option value of the right size on our own socket.
+        let r = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r == 0 {
+            return;
+        }
+    }
+    log::warn!("could not raise the collective socket's receive buffer to {bytes} bytes: expect resends");
+}
+
+/// What one all-reduce did, as this member saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Report {
+    pub generation: u32,
+    /// Chunks of the whole vector, and how many this member originated.
+    pub chunks: u64,
+    pub own_chunks: u64,
+    /// Chunk requests sent, resends after timeouts, resends after NOT_READY.
+    pub sent: u64,
+    pub resent: u64,
+    pub not_ready: u64,
+    /// From the raise of the generation to the completion of the sync area.
+    pub elapsed: Duration,
+}
+
+/// A member's side of the group's collectives.
+pub struct Collective {
+    node: LocalNode,
+    group: Group,
+    rank: usize,
+    cfg: CollectiveConfig,
+    sock: UdpSocket,
+    origin: (Ipv4Addr, u16),
+}
+
+impl Collective {
+    /// Joins `group` as the member that `node` (served on this host) is.
+    pub fn new(node: LocalNode, group: Group, cfg: CollectiveConfig) -> Result<Collective, CollectiveError> {
+        let n = group.members.len();
+        if !(2..=MAX_RING).contains(&n) {
+            return Err(CollectiveError::GroupSize(n));
+        }
+        for (i, m) in group.members.iter().enumerate() {
+            if group.members[..i].contains(m) {
+                return Err(CollectiveError::Duplicate(*m));
+            }
+        }
+        let me = node.ipv4();
+        let rank = group
+            .members
+            .iter()
+            .position(|m| *m == me)
+            .ok_or_else(|| CollectiveError::NotMember {
+                me,
+                group: group.members.clone(),
+            })?;
+        let sock = UdpSocket::bind(SocketAddrV4::new(me, 0))
+            .map_err(|e| CollectiveError::Io(format!("binding a UDP socket on {me}"), e))?;
+        grow_receive_buffer(&sock, RECEIVE_BUFFER);
+        let port = sock
+            .local_addr()
+            .map_err(|e| CollectiveError::Io("the socket's port".into(), e))?
+            .port();
+        Ok(Collective {
+            node,
+            group,
+            rank,
+            cfg,
+            sock,
+            origin: (me, port),
+        })
+    }
+
+    /// This member's place in the group.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn group(&self) -> &Group {
+        &self.group
+    }
+
+    /// This member's node: its memory, where the input goes and the output is read.
+    pub fn node(&self) -> &LocalNode {
+        &self.node
+    }
+
+    /// The chunking every member uses for `op`.
+    pub fn plan(&self, op: &Allreduce) -> Result<RingPlan, CollectiveError> {
+        let n = self.group.members.len();
+        RingPlan::new(n, op.dtype, op.count, self.cfg.mtu).ok_or(CollectiveError::Mtu {
+            mtu: self.cfg.mtu,
+            dtype: op.dtype.name(),
+            members: n,
+        })
+    }
+
+    /// Runs one all-reduce of the input this member has placed at
+    /// `op.input_addr`; when it returns, `op.output_addr` holds the result
+    /// at every member that returned too.
+    pub fn allreduce(&mut self, op: &Allreduce) -> Result<Report, CollectiveError> {
+        let plan = self.plan(op)?;
+        self.check_layout(op)?;
+        let mut generation = self.next_generation(op.rkey)?;
+        let started = Instant::now();
+        let mine: Vec<u64> = plan.chunks_of(self.rank).collect();
+        let chunks = loop {
+            self.raise(op.rkey, generation)?;
+            match self.run_chunks(op, &plan, &mine, generation) {
+                Err(CollectiveError::Stale { member, .. }) => {
+                    // At least one past ours: the group climbs even if the cell lags the generation.
+                    let theirs = self.raised_at(member, op.rkey, generation)?.max(generation + 1);
+                    log::info!(
+                        "{member} is at generation {theirs}, ahead of {generation} after an earlier failed run: adopting it"
+                    );
+                    generation = theirs;
+                }
+                other => break other?,
+            }
+        };
+        self.sync(op.rkey, generation)?;
+        Ok(Report {
+            generation,
+            chunks: plan.chunks(),
+            own_chunks: mine.len() as u64,
+            sent: chunks.requests,
+            resent: chunks.resent,
+            not_ready: chunks.not_ready,
+            elapsed: started.elapsed(),
+        })
+    }
+
+    /// Raises this member's generation of `rkey`, and publishes it in the sync area's cell.
+    fn raise(&mut self, rkey: u32, generation: u32) -> Result<(), CollectiveError> {
+        let (sync, _) = self.sync_range();
+        let cell = sync + SYNC_SLOT * self.group.members.len() as u64;
+        self.node.memory().write(cell, &(generation as u64).to_le_bytes())?;
+        Ok(self.node.set_generation(rkey, generation)?)
+    }
+
+    /// The generation `member` has raised, READ from its sync area's cell.
+    fn raised_at(&self, member: Ipv4Addr, rkey: u32, generation: u32) -> Result<u32, CollectiveError> {
+        let (sync, _) = self.sync_range();
+        let cell = sync + SYNC_SLOT * self.group.members.len() as u64;
+        let mut raised = 0u64;
+        self.plain(
+            &[member],
+            generation,
+            &self.pacing(),
+            |_| {
+                let mut h = NetdamHdr::request(Opcode::Read);
+                h.set_rkey(rkey);
+                h.set_addr(cell);
+                h.set_len(SYNC_SLOT as u16);
+                (h, vec![0; SYNC_SLOT as usize])
+            },
+            |_, payload| {
+                if let Ok(b) = payload.try_into() {
+                    raised = u64::from_le_bytes(b);
+                }
+            },
+        )
+        .map_err(|stop| {
+            self.explain(
+                stop,
+                generation,
+                |_| format!("reading the raised generation of {member}"),
+                |_| 0,
+            )
+        })?;
+        Ok(raised as u32)
+    }
+
+    /// One plain request (`make(i)`: header and payload) to each of `to`,
+    /// resent until answered OK; `answered(i, payload)` gets each answer.
+    fn plain(
+        &self,
+        to: &[Ipv4Addr],
+        tag: u32,
+        pacing: &Pacing,
+        make: impl Fn(usize) -> (NetdamHdr, Vec<u8>),
+        answered: impl FnMut(usize, &[u8]),
+    ) -> Result<Sent, Stopped> {
+        let port = self.group.port;
+        let reqs = Requests {
+            n: to.len(),
+            seq_base: rand::random(),
+            tag,
+            dest: |i: usize| SocketAddrV4::new(to[i], port),
+            build: |i: usize, seq: u32, buf: &mut Vec<u8>| {
+                let (mut h, payload) = make(i);
+                h.set_seq(seq);
+                h.set_tag(tag);
+                buf.extend_from_slice(&h.to_bytes());
+                buf.extend_from_slice(&payload);
+            },
+        };
+        exchange(&self.sock, pacing, reqs, answered)
+    }
+
+    fn pacing(&self) -> Pacing {
+        Pacing {
+            window: self.cfg.window.clamp(1, 1023),
+            timeout: self.cfg.timeout,
+            retries: self.cfg.retries,
+            patience: self.cfg.patience,
+        }
+    }
+
+    fn sync_range(&self) -> (u64, u64) {
+        (self.cfg.sync_addr, sync_len(self.group.members.len()))
+    }
+
+    /// Input, output and sync area inside the memory, apart, and aligned.
+    fn check_layout(&self, op: &Allreduce) -> Result<(), CollectiveError> {
+        let size = self.node.memory().len() as u64;
+        let bytes = op.bytes();
+        let w = op.dtype.width() as u64;
+        let (sync, sync_len) = self.sync_range();
+        let ranges = [
+            ("input", op.input_addr, bytes),
+            ("output", op.output_addr, bytes),
+            ("sync area", sync, sync_len),
+        ];
+        if op.count == 0 {
+            return Err(CollectiveError::Layout("count is 0: nothing to reduce".into()));
+        }
+        for (name, a, n) in ranges {
+            if a.checked_add(n).is_none_or(|end| end > size) {
+                return Err(CollectiveError::Layout(format!(
+                    "the {name} [{a:#x}, +{n:#x}) does not fit the node's {size}-byte NetDAM memory"
+                )));
+            }
+        }
+        for (i, (name, a, n)) in ranges.iter().enumerate() {
+            for (other, b, m) in &ranges[i + 1..] {
+                if a < &(b + m) && b < &(a + n) {
+                    return Err(CollectiveError::Layout(format!(
+                        "the {name} [{a:#x}, +{n:#x}) overlaps the {other} [{b:#x}, +{m:#x}): the ring is out of place"
+                    )));
+                }
+            }
+        }
+        if !op.input_addr.is_multiple_of(w) || !op.output_addr.is_multiple_of(w) || !sync.is_multiple_of(SYNC_SLOT) {
+            return Err(CollectiveError::Layout(format!(
+                "input and output must be aligned to the {w}-byte {} elements and the sync area to 8 bytes",
+                op.dtype.name()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The finished slots of this member's sync area.
+    fn sync_slots(&self) -> Result<Vec<u64>, CollectiveError> {
+        let (addr, _) = self.sync_range();
+        let mut b = vec![0u8; SYNC_SLOT as usize * self.group.members.len()];
+        self.node.memory().read(addr, &mut b)?;
+        Ok(b.chunks(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .collect())
+    }
+
+    /// One past the latest generation this member knows of: its own, or
+    /// any member's that has finished into its sync area. Members that
+    /// finished the same collectives agree on it.
+    fn next_generation(&self, rkey: u32) -> Result<u32, CollectiveError> {
+        let own = self.node.generation(rkey)? as u64;
+        let seen = self.sync_slots()?.into_iter().max().unwrap_or(0);
+        Ok((own.max(seen) as u32).wrapping_add(1).max(1))
+    }
+
+    fn run_chunks(
+        &self,
+        op: &Allreduce,
+        plan: &RingPlan,
+        mine: &[u64],
+        generation: u32,
+    ) -> Result<Sent, CollectiveError> {
+        let req = RingRequest {
+            group: &self.group.members,
+            port: self.group.port,
+            origin: self.origin,
+            rkey: op.rkey,
+            input_addr: op.input_addr,
+            output_addr: op.output_addr,
+            dtype: op.dtype,
+            alu: op.alu,
+            generation,
+        };
+        let n = self.group.members.len();
+        let port = self.group.port;
+        let first_hop = |i: usize| {
+            let o = (mine[i] % n as u64) as usize;
+            SocketAddrV4::new(self.group.members[ring_member(o, 0, n)], port)
+        };
+        let memory = self.node.memory();
+        let mut read_failed = None;
+        let reqs = Requests {
+            n: mine.len(),
+            seq_base: rand::random(),
+            tag: generation,
+            dest: first_hop,
+            build: |i: usize, seq: u32, buf: &mut Vec<u8>| {
+                req.chunk_header(plan, mine[i], seq, buf);
+                let (off, len) = plan.span(mine[i]);
+                let at = buf.len();
+                buf.resize(at + len, 0);
+                if let Err(e) = memory.read(op.input_addr + off, &mut buf[at..]) {
+                    read_failed.get_or_insert(e);
+                }
+            },
+        };
+        let result = exchange(&self.sock, &self.pacing(), reqs, |_, _| {});
+        if let Some(e) = read_failed {
+            return Err(e.into());
+        }
+        result.map_err(|stop| self.explain(stop, generation, |i| format!("chunk {}", mine[i]), |i| mine[i]))
+    }
+
+    /// Turns an exchange that stopped short into the error a person can act on.
+    fn explain(
+        &self,
+        stop: Stopped,
+        generation: u32,
+        what: impl Fn(usize) -> String,
+        chunk: impl Fn(usize) -> u64,
+    ) -> CollectiveError {
+        let n = self.group.members.len();
+        // The hop that answered a chunk; the node that answered a plain request.
+        let member = |i: usize, sr_idx: Option<u8>, from: Ipv4Addr| match sr_idx {
+            Some(idx) => self.group.members[ring_member((chunk(i) % n as u64) as usize, idx as usize, n)],
+            None => from,
+        };
+        match stop {
+            Stopped::Timeout { unanswered } => CollectiveError::Timeout {
+                generation,
+                chunks: unanswered.iter().map(|&i| chunk(i)).collect(),
+                attempts: self.cfg.retries + 1,
+                timeout: self.cfg.timeout,
+                silent: self.silent_members(),
+            },
+            Stopped::Refused {
+                index,
+                status: Status::Stale,
+                sr_idx,
+                from,
+            } => CollectiveError::Stale {
+                generation,
+                member: member(index, sr_idx, from),
+            },
+            Stopped::Refused {
+                index,
+                status,
+                sr_idx,
+                from,
+            } => CollectiveError::Refused {
+                generation,
+                what: what(index),
+                member: member(index, sr_idx, from),
+                status,
+            },
+            Stopped::NotReady { index, sr_idx, from } => CollectiveError::NotReady {
+                generation,
+                member: member(index, sr_idx, from),
+                waited: self.cfg.patience,
+            },
+            Stopped::Io(e) => CollectiveError::Io("the collective's UDP socket".into(), e),
+        }
+    }
+
+    /// Raises this member's slot to `generation` in every member's sync
+    /// area, then waits until every slot of its own has reached it.
+    fn sync(&self, rkey: u32, generation: u32) -> Result<(), CollectiveError> {
+        let (sync, _) = self.sync_range();
+        let slot_addr = sync + SYNC_SLOT * self.rank as u64;
+        self.node
+            .memory()
+            .write(slot_addr, &(generation as u64).to_le_bytes())?;
+        let others: Vec<Ipv4Addr> = (0..self.group.members.len())
+            .filter(|&m| m != self.rank)
+            .map(|m| self.group.members[m])
+            .collect();
+        self.plain(
+            &others,
+            generation,
+            &self.pacing(),
+            |_| {
+                let mut h = NetdamHdr::request(Opcode::Accumulate);
+                h.flags = flags::ACK_REQ;
+                h.dtype = Dtype::U64 as u8;
+                h.alu = Alu::Max as u8;
+                h.set_rkey(rkey);
+                h.set_addr(slot_addr);
+                h.set_len(SYNC_SLOT as u16);
+                (h, (generation as u64).to_le_bytes().to_vec())
+            },
+            |_, _| {},
+        )
+        .map_err(|stop| {
+            self.explain(
+                stop,
+                generation,
+                |i| format!("raising the sync slot at {}", others[i]),
+                |_| 0,
+            )
+        })?;
+        let deadline = Instant::now() + self.cfg.patience;
+        loop {
+            let slots = self.sync_slots()?;
+            if slots.iter().all(|&s| s >= generation as u64) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(CollectiveError::Sync {
+                    generation,
+                    behind: slots
+                        .iter()
+                        .zip(&self.group.members)
+                        .filter(|(s, _)| **s < generation as u64)
+                        .map(|(_, m)| *m)
+                        .collect(),
+                    waited: self.cfg.patience,
+                });
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+
+    /// Members other than this one that do not answer a NOP within the timeout.
+    fn silent_members(&self) -> Vec<Ipv4Addr> {
+        let others: Vec<(usize, Ipv4Addr)> = self
+            .group
+            .members
+            .iter()
+            .copied()
+            .enumerate()
+            .filter(|(m, _)| *m != self.rank)
+            .collect();
+        let pacing = Pacing {
+            retries: 1,
+            ..self.pacing()
+        };
+        let mut silent = Vec::new();
+        for (_, ip) in others {
+            let nop = |_| (NetdamHdr::request(Opcode::Nop), Vec::new());
+            if self.plain(&[ip], 0, &pacing, nop, |_, _| {}).is_err() {
+                silent.push(ip);
+            }
+        }
+        silent
+    }
+}

@@ -1,0 +1,168 @@
+//! The ring all-reduce of PROTOCOL.md section 6 as datagrams: the plan
+//! (fixed chunking, who originates what) and the CHAIN request of a chunk.
+
+use std::net::Ipv4Addr;
+
+use netdam_common::{
+    chain::{ring_chunk_elems, ring_hop, ring_member, ring_sr_len, Segment, SrFixed},
+    wire::{Alu, Dtype},
+    NetdamHdr, Opcode,
+};
+
+/// The fixed chunking of one all-reduce.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingPlan {
+    pub members: usize,
+    pub width: u32,
+    /// Elements per chunk, E.
+    pub chunk_elems: u32,
+    /// Elements of the whole vector.
+    pub count: u64,
+}
+
+impl RingPlan {
+    /// `None` when the MTU leaves no room for one element.
+    pub fn new(members: usize, dtype: Dtype, count: u64, mtu: u32) -> Option<RingPlan> {
+        let width = dtype.width();
+        let room = mtu.checked_sub(60 + ring_sr_len(members) as u32)?;
+        let chunk_elems = ring_chunk_elems(mtu, members, width);
+        (room >= width).then_some(RingPlan {
+            members,
+            width,
+            chunk_elems,
+            count,
+        })
+    }
+
+    pub fn chunks(&self) -> u64 {
+        self.count.div_ceil(self.chunk_elems as u64)
+    }
+
+    /// The chunks member `rank` originates: k mod N = rank.
+    pub fn chunks_of(&self, rank: usize) -> impl Iterator<Item = u64> {
+        (rank as u64..self.chunks()).step_by(self.members)
+    }
+
+    /// Byte offset and length of chunk `k` in the vector.
+    pub fn span(&self, k: u64) -> (u64, usize) {
+        let first = k * self.chunk_elems as u64;
+        let elems = (self.count - first).min(self.chunk_elems as u64);
+        (first * self.width as u64, (elems * self.width as u64) as usize)
+    }
+}
+
+/// What every chunk request of one all-reduce shares.
+#[derive(Clone, Debug)]
+pub struct RingRequest<'a> {
+    pub group: &'a [Ipv4Addr],
+    pub port: u16,
+    pub origin: (Ipv4Addr, u16),
+    pub rkey: u32,
+    pub input_addr: u64,
+    pub output_addr: u64,
+    pub dtype: Dtype,
+    pub alu: Alu,
+    pub generation: u32,
+}
+
+impl RingRequest<'_> {
+    /// Appends the UDP payload of chunk `k`'s request (NetDAM header, SR
+    /// header, ring program) to `buf`, without the chunk's data, which the
+    /// caller appends; returns the member to send it to (o + 1).
+    pub fn chunk_header(&self, plan: &RingPlan, k: u64, seq: u32, buf: &mut Vec<u8>) -> Ipv4Addr {
+        let n = plan.members;
+        let origin = (k % n as u64) as usize;
+        let (off, len) = plan.span(k);
+        let hops = 2 * (n - 1);
+        let mut h = NetdamHdr::request(Opcode::Chain);
+        h.dtype = self.dtype as u8;
+        h.alu = self.alu as u8;
+        h.sr_len = ring_sr_len(n) as u8;
+        h.set_seq(seq);
+        h.set_tag(self.generation);
+        h.set_addr(self.input_addr + off);
+        h.set_rkey(self.rkey);
+        h.set_len(len as u16);
+        buf.extend_from_slice(&h.to_bytes());
+        let sr = SrFixed::new(
+            hops as u8,
+            0,
+            u32::from(self.origin.0),
+            self.origin.1,
+            self.output_addr + off,
+        );
+        buf.extend_from_slice(&sr.to_bytes());
+        for i in 0..hops {
+            let member = self.group[ring_member(origin, i, n)];
+            buf.extend_from_slice(&Segment::new(u32::from(member), self.port, ring_hop(i, n)).to_bytes());
+        }
+        self.group[ring_member(origin, 0, n)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use netdam_common::chain::HopOp;
+
+    #[test]
+    fn plan_chunks_and_spans() {
+        // N = 4, MTU 1500, i32: E = (1500 - 60 - 64) / 4 = 344.
+        let p = RingPlan::new(4, Dtype::I32, 1000, 1500).unwrap();
+        assert_eq!(p.chunk_elems, 344);
+        assert_eq!(p.chunks(), 3);
+        assert_eq!(p.span(2), (688 * 4, (1000 - 688) * 4));
+        assert_eq!(p.chunks_of(1).collect::<Vec<_>>(), [1]);
+        assert_eq!(p.chunks_of(3).count(), 0);
+        let one = RingPlan::new(2, Dtype::U64, 1, 1500).unwrap();
+        assert_eq!((one.chunks(), one.span(0)), (1, (0, 8)));
+        assert!(RingPlan::new(8, Dtype::U64, 1, 180).is_none());
+    }
+
+    #[test]
+    fn chunk_header_is_the_ring_program() {
+        let group: Vec<Ipv4Addr> = (1..=3).map(|i| Ipv4Addr::new(198, 18, 0, i)).collect();
+        let r = RingRequest {
+            group: &group,
+            port: 4793,
+            origin: (group[1], 40000),
+            rkey: 7,
+            input_addr: 0x1000,
+            output_addr: 0x9000,
+            dtype: Dtype::F32,
+            alu: Alu::Add,
+            generation: 5,
+        };
+        let plan = RingPlan::new(3, Dtype::F32, 10, 200).unwrap();
+        assert_eq!(plan.chunk_elems, (200 - 60 - 48) / 4);
+        let mut buf = Vec::new();
+        // Chunk 1 starts at member 1: 2:REDUCE 0:REDUCE_WRITE 1:WRITE 2:WRITE.
+        let to = r.chunk_header(&plan, 1, 99, &mut buf);
+        assert_eq!(to, group[2]);
+        let h = NetdamHdr::from_bytes(&buf).unwrap();
+        assert_eq!((h.opcode, h.sr_len, h.seq(), h.tag()), (Opcode::Chain as u8, 48, 99, 5));
+        assert_eq!((h.addr(), h.len()), (0x1000 + 23 * 4, 23 * 4));
+        let sr = SrFixed::from_bytes(&buf[32..]).unwrap();
+        assert_eq!(
+            (sr.n, sr.idx, sr.origin_port(), sr.dst_addr()),
+            (4, 0, 40000, 0x9000 + 92)
+        );
+        let segs: Vec<(u8, u8)> = (0..4)
+            .map(|i| {
+                let s = Segment::from_bytes(&buf[48 + 8 * i..]).unwrap();
+                (s.ip().to_be_bytes()[3], s.op)
+            })
+            .collect();
+        use HopOp::*;
+        assert_eq!(
+            segs,
+            [
+                (3, Reduce as u8),
+                (1, ReduceWrite as u8),
+                (2, Write as u8),
+                (3, Write as u8)
+            ]
+        );
+        assert_eq!(buf.len(), 32 + 48);
+    }
+}
