@@ -483,31 +483,42 @@ async fn run(cli: Cli) -> Result<()> {
     }
 }
 
-/// IPv4 forwarding on the served interface, which `bpf_fib_lookup` needs
-/// to resolve CHAIN next hops (docs/conformance.md 13); the old value is
-/// restored on drop.
-struct ForwardingGuard {
-    path: PathBuf,
-    old: String,
+/// Kernel settings of the served interface that CHAIN needs, the old
+/// values restored on drop: IPv4 forwarding, without which
+/// `bpf_fib_lookup` resolves no next hop, and accepting packets from the
+/// node's own address, which is what the answer to a collective this host
+/// originated looks like when the chain ends here (docs/conformance.md 13).
+struct SysctlGuard {
+    saved: Vec<(PathBuf, String)>,
 }
 
-impl ForwardingGuard {
-    fn enable(iface: &str) -> Result<ForwardingGuard> {
-        let path = PathBuf::from(format!("/proc/sys/net/ipv4/conf/{iface}/forwarding"));
-        let old = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        if old.trim() != "1" {
-            std::fs::write(&path, "1").with_context(|| format!("turning on IPv4 forwarding ({})", path.display()))?;
-            log::info!("turned on IPv4 forwarding on {iface} for CHAIN next hops (restored on exit)");
+impl SysctlGuard {
+    fn chain_settings(iface: &str) -> Result<SysctlGuard> {
+        let mut guard = SysctlGuard { saved: Vec::new() };
+        for (name, why) in [
+            ("forwarding", "IPv4 forwarding, for CHAIN next hops"),
+            (
+                "accept_local",
+                "accepting its own address as a source, for chain answers to this host",
+            ),
+        ] {
+            let path = PathBuf::from(format!("/proc/sys/net/ipv4/conf/{iface}/{name}"));
+            let old = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+            if old.trim() != "1" {
+                std::fs::write(&path, "1").with_context(|| format!("turning on {why} ({})", path.display()))?;
+                log::info!("turned on {why} on {iface} (restored on exit)");
+                guard.saved.push((path, old));
+            }
         }
-        Ok(ForwardingGuard { path, old })
+        Ok(guard)
     }
 }
 
-impl Drop for ForwardingGuard {
+impl Drop for SysctlGuard {
     fn drop(&mut self) {
-        if self.old.trim() != "1" {
-            if let Err(e) = std::fs::write(&self.path, self.old.trim()) {
-                log::warn!("restoring {}: {e}", self.path.display());
+        for (path, old) in &self.saved {
+            if let Err(e) = std::fs::write(path, old.trim()) {
+                log::warn!("restoring {}: {e}", path.display());
             }
         }
     }
@@ -569,7 +580,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
             pin_dir.display()
         );
     }
-    let forwarding = ForwardingGuard::enable(&a.iface)?;
+    let sysctls = SysctlGuard::chain_settings(&a.iface)?;
     let unresolved = neighbours::resolve(&a.iface, ipv4, &spec.peers, Duration::from_secs(1));
     if !unresolved.is_empty() {
         log::warn!("no neighbour entry yet for peer(s) {unresolved:?}: CHAIN packets to them are dropped until they answer ARP");
@@ -620,7 +631,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
         }
     }
     node.detach()?;
-    drop(forwarding);
+    drop(sysctls);
     log::info!(
         "detached from {}; memory and counters stay pinned in {}",
         a.iface,

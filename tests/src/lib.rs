@@ -4,6 +4,7 @@
 
 pub mod fibns;
 pub mod progrun;
+pub mod ring;
 
 /// Fails the test with a clear message when not root.
 pub fn require_root() {

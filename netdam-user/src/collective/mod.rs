@@ -13,11 +13,13 @@
 //! Late retransmissions of a finished generation are answered STALE by
 //! members that have moved on and are ignored.
 //!
-//! Generations: in lockstep every member picks one past the latest it knows
-//! (its own, or any finished slot). A chunk answered STALE therefore means a
-//! member got ahead through an earlier failed run; the origin READs that
-//! member's raised-generation cell, adopts it and restarts the round, so
-//! the group converges on its latest generation instead of failing forever.
+//! Generations: every member picks one past the generation it last
+//! finished, so members in lockstep agree, and a failed round is retried
+//! with the same generation. In lockstep no chunk is ever answered STALE (a
+//! member moves on only after every member's chunks are done), so STALE
+//! means a member got ahead when others failed mid-round: the origin READs
+//! that member's raised-generation cell, adopts it and restarts the round,
+//! and the group converges instead of failing forever.
 //!
 //! The sync area of a group of N: N u64 slots (the generation each member
 //! finished), then one u64 cell (the generation this member raised).
@@ -126,15 +128,12 @@ pub enum CollectiveError {
         members: usize,
     },
     #[error(
-        "all-reduce generation {generation}: {} chunk(s) got no answer after {attempts} attempt(s) of {timeout:?} each \
-         (chunks {}); {}",
-        chunks.len(),
-        list(chunks),
+        "all-reduce generation {generation}: {what} got no answer after {attempts} attempt(s) of {timeout:?} each; {}",
         silent_text(silent)
     )]
     Timeout {
         generation: u32,
-        chunks: Vec<u64>,
+        what: String,
         attempts: u32,
         timeout: Duration,
         silent: Vec<Ipv4Addr>,
@@ -167,12 +166,14 @@ pub enum CollectiveError {
     Io(String, #[source] std::io::Error),
 }
 
-fn list(v: &[u64]) -> String {
-    let mut s: Vec<String> = v.iter().take(16).map(u64::to_string).collect();
-    if v.len() > 16 {
-        s.push(format!("... {} more", v.len() - 16));
+/// "3 chunk(s) (0, 4, 8)": the first 16 of `items`, named by `noun`.
+fn list(noun: &str, items: &[String]) -> String {
+    let mut s: Vec<&str> = items.iter().take(16).map(String::as_str).collect();
+    let more = format!("... {} more", items.len().saturating_sub(16));
+    if items.len() > 16 {
+        s.push(&more);
     }
-    s.join(", ")
+    format!("{} {noun}(s) ({})", items.len(), s.join(", "))
 }
 
 fn silent_text(silent: &[Ipv4Addr]) -> String {
@@ -304,7 +305,7 @@ impl Collective {
     pub fn allreduce(&mut self, op: &Allreduce) -> Result<Report, CollectiveError> {
         let plan = self.plan(op)?;
         self.check_layout(op)?;
-        let mut generation = self.next_generation(op.rkey)?;
+        let mut generation = self.next_generation()?;
         let started = Instant::now();
         let mine: Vec<u64> = plan.chunks_of(self.rank).collect();
         let chunks = loop {
@@ -367,7 +368,8 @@ impl Collective {
             self.explain(
                 stop,
                 generation,
-                |_| format!("reading the raised generation of {member}"),
+                "READ of the raised generation at",
+                |_| member.to_string(),
                 |_| 0,
             )
         })?;
@@ -463,13 +465,13 @@ impl Collective {
             .collect())
     }
 
-    /// One past the latest generation this member knows of: its own, or
-    /// any member's that has finished into its sync area. Members that
-    /// finished the same collectives agree on it.
-    fn next_generation(&self, rkey: u32) -> Result<u32, CollectiveError> {
-        let own = self.node.generation(rkey)? as u64;
-        let seen = self.sync_slots()?.into_iter().max().unwrap_or(0);
-        Ok((own.max(seen) as u32).wrapping_add(1).max(1))
+    /// One past the generation this member last finished (its own slot).
+    /// Members in lockstep agree on it; others' slots are no guide, since
+    /// a member with no chunk of its own may finish a round before this
+    /// one starts it.
+    fn next_generation(&self) -> Result<u32, CollectiveError> {
+        let own = self.sync_slots()?[self.rank];
+        Ok((own as u32).wrapping_add(1).max(1))
     }
 
     fn run_chunks(
@@ -517,7 +519,7 @@ impl Collective {
         if let Some(e) = read_failed {
             return Err(e.into());
         }
-        result.map_err(|stop| self.explain(stop, generation, |i| format!("chunk {}", mine[i]), |i| mine[i]))
+        result.map_err(|stop| self.explain(stop, generation, "chunk", |i| mine[i].to_string(), |i| mine[i]))
     }
 
     /// Turns an exchange that stopped short into the error a person can act on.
@@ -525,6 +527,7 @@ impl Collective {
         &self,
         stop: Stopped,
         generation: u32,
+        noun: &str,
         what: impl Fn(usize) -> String,
         chunk: impl Fn(usize) -> u64,
     ) -> CollectiveError {
@@ -537,7 +540,7 @@ impl Collective {
         match stop {
             Stopped::Timeout { unanswered } => CollectiveError::Timeout {
                 generation,
-                chunks: unanswered.iter().map(|&i| chunk(i)).collect(),
+                what: list(noun, &unanswered.iter().map(|&i| what(i)).collect::<Vec<_>>()),
                 attempts: self.cfg.retries + 1,
                 timeout: self.cfg.timeout,
                 silent: self.silent_members(),
@@ -558,7 +561,7 @@ impl Collective {
                 from,
             } => CollectiveError::Refused {
                 generation,
-                what: what(index),
+                what: format!("{noun} {}", what(index)),
                 member: member(index, sr_idx, from),
                 status,
             },
@@ -599,14 +602,7 @@ impl Collective {
             },
             |_, _| {},
         )
-        .map_err(|stop| {
-            self.explain(
-                stop,
-                generation,
-                |i| format!("raising the sync slot at {}", others[i]),
-                |_| 0,
-            )
-        })?;
+        .map_err(|stop| self.explain(stop, generation, "sync slot raise at", |i| others[i].to_string(), |_| 0))?;
         let deadline = Instant::now() + self.cfg.patience;
         loop {
             let slots = self.sync_slots()?;

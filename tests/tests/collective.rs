@@ -1,0 +1,178 @@
+//! Tier 3: the ring all-reduce of PROTOCOL.md section 6 done by the nodes'
+//! data paths on the testbed, every member's output checked bit for bit
+//! against the ring's defined result (`chain::ring_result`, the order in
+//! which the REDUCE hops fold each chunk).
+
+use std::time::{Duration, Instant};
+
+use netdam_common::{
+    chain::{ring_chunk_elems, ring_result},
+    wire::{Alu, Dtype},
+};
+use netdam_tests::{
+    ring::{Ring, RKEY},
+    Rng,
+};
+use netdam_user::{
+    collective::{inputs::member_input, Allreduce, CollectiveConfig},
+    controller::LocalNode,
+};
+
+/// Where every member keeps its input and output (the sync area is at 0).
+const INPUT: u64 = 4096;
+
+fn op(count: u64, dtype: Dtype, alu: Alu) -> Allreduce {
+    let bytes = count * dtype.width() as u64;
+    Allreduce {
+        rkey: RKEY,
+        input_addr: INPUT,
+        output_addr: (INPUT + bytes).next_multiple_of(4096),
+        count,
+        dtype,
+        alu,
+    }
+}
+
+/// Seeded inputs of every member: random finite f32 of many magnitudes, so
+/// that another summation order gives other bits; random integers.
+fn inputs(seed: u64, members: usize, op: &Allreduce) -> Vec<Vec<u8>> {
+    (0..members)
+        .map(|r| {
+            let mut v = vec![0u8; (op.count * op.dtype.width() as u64) as usize];
+            member_input(seed, r, op.dtype, 0, &mut v);
+            v
+        })
+        .collect()
+}
+
+/// Runs `op` on the ring and checks every member's output against the ring's result.
+fn check(ring: &Ring, op: &Allreduce, seed: u64) {
+    let n = ring.ips().len();
+    let ins = inputs(seed, n, op);
+    let views: Vec<&[u8]> = ins.iter().map(|v| &v[..]).collect();
+    let mut expected = vec![0u8; ins[0].len()];
+    let e = ring_chunk_elems(1500, n, op.dtype.width());
+    ring_result(op.dtype, op.alu, &views, e, 0, &mut expected);
+    for (rank, answer) in ring.allreduce(op, &ins).into_iter().enumerate() {
+        let what = format!(
+            "{n} members, {} x {} {}, member {rank}",
+            op.count,
+            op.dtype.name(),
+            op.alu.name()
+        );
+        let (report, out) = answer.unwrap_or_else(|e| panic!("{what}: {e}"));
+        let w = op.dtype.width() as usize;
+        if let Some(i) = (0..out.len() / w).find(|&i| out[i * w..(i + 1) * w] != expected[i * w..(i + 1) * w]) {
+            panic!(
+                "{what}: element {i} is {:02x?}, the ring's result is {:02x?} (generation {})",
+                &out[i * w..(i + 1) * w],
+                &expected[i * w..(i + 1) * w],
+                report.generation
+            );
+        }
+    }
+}
+
+/// Every dtype and sum, min, max, at the edge sizes: one element, one
+/// chunk and one element either side of it, 1 MiB.
+fn every_dtype_op_and_size(n: usize) {
+    let ring = Ring::new(n, "4MiB", CollectiveConfig::default());
+    let mut seed = Rng(0xC0FFEE + n as u64);
+    for dtype in Dtype::ALL.iter().copied() {
+        let e = ring_chunk_elems(1500, n, dtype.width()) as u64;
+        let mib = (1 << 20) / dtype.width() as u64;
+        for alu in [Alu::Add, Alu::Min, Alu::Max] {
+            for count in [1, e - 1, e, e + 1, mib] {
+                check(&ring, &op(count, dtype, alu), seed.next_u64());
+            }
+        }
+    }
+}
+
+#[test]
+fn two_members_every_dtype_op_and_size() {
+    every_dtype_op_and_size(2);
+}
+
+#[test]
+fn three_members_every_dtype_op_and_size() {
+    every_dtype_op_and_size(3);
+}
+
+#[test]
+fn four_members_every_dtype_op_and_size() {
+    every_dtype_op_and_size(4);
+}
+
+#[test]
+fn eight_members_every_dtype_op_and_size() {
+    every_dtype_op_and_size(8);
+}
+
+#[test]
+fn sixty_four_mib_on_four_members() {
+    // Sync area in the first 4 KiB, then 64 MiB of input and 64 MiB of output.
+    let ring = Ring::new(4, "131136KiB", CollectiveConfig::default());
+    let count = (64 << 20) / 4;
+    check(&ring, &op(count, Dtype::I32, Alu::Add), 1);
+    check(&ring, &op(count, Dtype::F32, Alu::Add), 2);
+}
+
+#[test]
+fn generations_follow_each_other_and_a_member_ahead_is_caught_up() {
+    let ring = Ring::new(3, "4MiB", CollectiveConfig::default());
+    let o = op(1000, Dtype::U32, Alu::Add);
+    check(&ring, &o, 1);
+    check(&ring, &o, 2);
+    // A member that finished a round the others failed (as when a member
+    // dies mid-round) starts the next at a later generation: the others
+    // adopt it when its node answers STALE. Its own sync slot (the first u64
+    // area, 8 x rank) says it finished generation 40.
+    let node = LocalNode::open(&ring.tb.hosts[1].pin_dir).expect("member 1's node");
+    node.memory()
+        .write(8, &40u64.to_le_bytes())
+        .expect("member 1's sync slot");
+    let ins = inputs(3, 3, &o);
+    let answers = ring.allreduce(&o, &ins);
+    let gens: Vec<u32> = answers
+        .iter()
+        .map(|a| a.as_ref().expect("all-reduce after a member ran ahead").0.generation)
+        .collect();
+    assert_eq!(gens, [41, 41, 41], "every member adopted member 1's generation");
+    check(&ring, &o, 4);
+}
+
+#[test]
+fn a_member_whose_program_is_detached_mid_run_fails_the_others_clearly() {
+    let cfg = CollectiveConfig {
+        timeout: Duration::from_millis(50),
+        retries: 4,
+        patience: Duration::from_secs(5),
+        ..CollectiveConfig::default()
+    };
+    let mut ring = Ring::new(3, "33MiB", cfg);
+    let o = op((16 << 20) / 4, Dtype::I32, Alu::Add);
+    let ins = inputs(5, 3, &o);
+    let silent = ring.ips()[2];
+    // Detach member 2's node shortly after the collective starts.
+    let node = ring.served.pop().expect("member 2's node");
+    let stopper = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        node.stop()
+    });
+    let t = Instant::now();
+    let answers = ring.allreduce(&o, &ins);
+    assert!(stopper.join().unwrap(), "member 2's node detached cleanly");
+    let took = t.elapsed();
+    for (rank, a) in answers.iter().enumerate().take(2) {
+        let err = match a {
+            Err(e) => e,
+            Ok(_) => panic!("member {rank} finished although member 2's node was detached"),
+        };
+        assert!(
+            err.contains("got no answer") && err.contains(&silent.to_string()),
+            "member {rank}: the error names the chunks and the silent member: {err}"
+        );
+    }
+    assert!(took < Duration::from_secs(20), "failed in {took:?}, not hung");
+}
