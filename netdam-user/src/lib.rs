@@ -6,6 +6,7 @@ pub mod args;
 pub mod client;
 pub mod collective;
 pub mod controller;
+pub mod plot;
 pub mod stats;
 pub mod testbed;
 

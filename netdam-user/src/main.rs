@@ -14,8 +14,14 @@ use netdam_user::{
         format_values, parse_alu, parse_dtype, parse_group, parse_number, parse_region, parse_rkey, parse_size,
         parse_values, perm_letters,
     },
-    collective::{inputs, Allreduce, Collective, CollectiveConfig, Group},
+    collective::{
+        inputs,
+        sweep::{self, SweepSpec},
+        table::{self, MemberRow},
+        Allreduce, Collective, CollectiveConfig, Group,
+    },
     controller::{neighbours, pins, AttachMode, Interface, LocalNode, Node, NodeSpec},
+    plot,
     stats::Stats,
     testbed::Testbed,
     Client, ClientConfig, ClientError,
@@ -91,6 +97,9 @@ enum TestbedCmd {
         #[arg(long, default_value = "nd")]
         prefix: String,
     },
+    /// Build a testbed of N hosts serving NetDAM, sweep all-reduce sizes on it
+    /// (every member runs `netdam allreduce --check`), print the nccl-tests table, tear it down.
+    Allreduce(SweepArgs),
     /// Build a testbed, serve NetDAM on every host, show it working, tear it down.
     Demo {
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(2..=8))]
@@ -98,6 +107,39 @@ enum TestbedCmd {
         #[arg(long, default_value = "nd")]
         prefix: String,
     },
+}
+
+#[derive(Args)]
+struct SweepArgs {
+    /// Members of the ring (2 to 8).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u8).range(2..=8))]
+    nodes: u8,
+    /// Element type: i32, u32, i64, u64, f32.
+    #[arg(long, value_parser = parse_dtype, default_value = "i32")]
+    dtype: Dtype,
+    /// Operator: sum, min, max, and, or, xor.
+    #[arg(long, value_parser = parse_alu, default_value = "sum")]
+    op: Alu,
+    /// Smallest size, e.g. 4 or 4KiB.
+    #[arg(long, value_parser = parse_size, default_value = "4")]
+    min_bytes: u64,
+    /// Largest size (sizes double from the smallest), e.g. 64MiB.
+    #[arg(long, value_parser = parse_size, default_value = "64MiB")]
+    max_bytes: u64,
+    /// Timed all-reduces per size.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    iters: u32,
+    /// Untimed all-reduces per size before them.
+    #[arg(long, default_value_t = 1)]
+    warmup: u32,
+    #[arg(long, default_value = "ndar")]
+    prefix: String,
+    /// Where the JSON and the SVG plot go.
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
+    /// Print the rows as JSON instead of the table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -342,9 +384,9 @@ struct AllreduceArgs {
     /// IP MTU of the group's paths, which fixes the chunking [default: the node's].
     #[arg(long, value_parser = clap::value_parser!(u32).range(100..=9216))]
     mtu: Option<u32>,
-    /// Chunks in flight (1..1023).
-    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u16).range(1..1024))]
-    window: u16,
+    /// Chunks in flight (1..1023) [default: 128 / members].
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..1024))]
+    window: Option<u16>,
     /// Milliseconds to wait for a chunk's answer before resending it.
     #[arg(long, default_value_t = 200)]
     timeout_ms: u64,
@@ -744,6 +786,9 @@ async fn testbed(cmd: TestbedCmd) -> Result<()> {
             Ok(())
         }
         TestbedCmd::Demo { nodes, prefix } => demo(nodes as usize, &prefix).await,
+        TestbedCmd::Allreduce(a) => tokio::task::spawn_blocking(move || allreduce_sweep(a))
+            .await
+            .context("the sweep thread")?,
     }
 }
 
@@ -833,44 +878,6 @@ async fn demo(nodes: usize, prefix: &str) -> Result<()> {
     Ok(())
 }
 
-/// One `netdam allreduce` run as this member saw it: a row of the
-/// nccl-tests table, and what the xtask sweep gathers from every member.
-#[derive(serde::Serialize)]
-struct AllreduceRow {
-    member: Ipv4Addr,
-    rank: usize,
-    members: usize,
-    bytes: u64,
-    count: u64,
-    dtype: &'static str,
-    op: &'static str,
-    iters: u32,
-    /// Mean of the timed iterations, microseconds.
-    time_us: f64,
-    times_us: Vec<f64>,
-    algbw_gbps: f64,
-    busbw_gbps: f64,
-    /// Wrong elements of the result; `None` without --check.
-    wrong: Option<u64>,
-    chunks: u64,
-    own_chunks: u64,
-    resent: u64,
-    not_ready: u64,
-    generations: (u32, u32),
-}
-
-/// nccl-tests' name of an operator.
-fn redop(alu: Alu) -> &'static str {
-    match alu {
-        Alu::Add => "sum",
-        Alu::Min => "min",
-        Alu::Max => "max",
-        Alu::And => "and",
-        Alu::Or => "or",
-        Alu::Xor => "xor",
-    }
-}
-
 fn allreduce(a: AllreduceArgs) -> Result<()> {
     let dir = stats_dir(a.pin_dir.clone(), a.iface.as_deref())?;
     let node = LocalNode::open(&dir).with_context(|| format!("opening the node pinned in {}", dir.display()))?;
@@ -894,12 +901,12 @@ fn allreduce(a: AllreduceArgs) -> Result<()> {
     if a.dtype == Dtype::F32 && a.op.is_bitwise() {
         bail!(
             "--op {} is bitwise: it is defined for integer dtypes only, not f32",
-            redop(a.op)
+            table::redop(a.op)
         );
     }
     let cfg = CollectiveConfig {
         mtu,
-        window: a.window as usize,
+        window: a.window.map_or(0, usize::from),
         timeout: Duration::from_millis(a.timeout_ms),
         retries: a.retries,
         patience: Duration::from_secs(a.patience),
@@ -945,19 +952,19 @@ fn allreduce(a: AllreduceArgs) -> Result<()> {
     let time_us = times.iter().sum::<f64>() / times.len() as f64;
     let algbw = bytes as f64 / time_us / 1e3;
     let last = reports.last().expect("at least one iteration");
-    let row = AllreduceRow {
+    let row = MemberRow {
         member: coll.node().ipv4(),
         rank,
         members: n,
         bytes,
         count: a.count,
-        dtype: a.dtype.name(),
-        op: redop(a.op),
+        dtype: a.dtype.name().to_string(),
+        op: table::redop(a.op).to_string(),
         iters: a.iters,
         time_us,
         times_us: times,
         algbw_gbps: algbw,
-        busbw_gbps: algbw * 2.0 * (n - 1) as f64 / n as f64,
+        busbw_gbps: table::busbw(algbw, n),
         wrong,
         chunks: last.chunks,
         own_chunks: last.own_chunks,
@@ -968,8 +975,8 @@ fn allreduce(a: AllreduceArgs) -> Result<()> {
     if a.json {
         println!("{}", serde_json::to_string(&row)?);
     } else {
-        println!("{}", nccl_header());
-        println!("{}", nccl_row(&row));
+        print!("{}", table::header());
+        println!("{}", table::Row::from(&row).line());
     }
     if let Some(w) = row.wrong.filter(|w| *w > 0) {
         bail!(
@@ -980,38 +987,72 @@ fn allreduce(a: AllreduceArgs) -> Result<()> {
     Ok(())
 }
 
-fn nccl_header() -> String {
-    format!(
-        "{:>12} {:>12} {:>6} {:>6} {:>10} {:>8} {:>8} {:>8}\n{:>12} {:>12} {:>6} {:>6} {:>10} {:>8} {:>8} {:>8}",
-        "size",
-        "count",
-        "type",
-        "redop",
-        "time",
-        "algbw",
-        "busbw",
-        "#wrong",
-        "(B)",
-        "(elements)",
-        "",
-        "",
-        "(us)",
-        "(GB/s)",
-        "(GB/s)",
-        ""
-    )
-}
-
-fn nccl_row(r: &AllreduceRow) -> String {
-    format!(
-        "{:>12} {:>12} {:>6} {:>6} {:>10.1} {:>8.3} {:>8.3} {:>8}",
-        r.bytes,
-        r.count,
-        r.dtype,
-        r.op,
-        r.time_us,
-        r.algbw_gbps,
-        r.busbw_gbps,
-        r.wrong.map_or("N/A".to_string(), |w| w.to_string())
-    )
+/// `netdam testbed allreduce` (`cargo xtask allreduce`).
+fn allreduce_sweep(a: SweepArgs) -> Result<()> {
+    let exe = std::env::current_exe().context("locating the netdam binary")?;
+    let spec = SweepSpec {
+        nodes: a.nodes as usize,
+        dtype: a.dtype,
+        alu: a.op,
+        min_bytes: a.min_bytes,
+        max_bytes: a.max_bytes,
+        iters: a.iters,
+        warmup: a.warmup,
+        prefix: a.prefix.clone(),
+    };
+    let sizes = spec.sizes()?;
+    eprintln!(
+        "all-reduce sweep: {} members on testbed {}, {} {}, {} sizes from {} to {} bytes, {} iteration(s) + {} warmup each",
+        a.nodes,
+        a.prefix,
+        a.dtype.name(),
+        table::redop(a.op),
+        sizes.len(),
+        sizes[0],
+        sizes[sizes.len() - 1],
+        a.iters,
+        a.warmup
+    );
+    let pb = ProgressBar::new(sizes.len() as u64);
+    pb.set_style(ProgressStyle::with_template("{bar:40} {pos}/{len} sizes, {elapsed}").expect("template"));
+    if !a.json {
+        print!("{}", table::header());
+    }
+    let rows = sweep::sweep(&exe, &spec, |r| {
+        if !a.json {
+            pb.suspend(|| println!("{}", r.line()));
+        }
+        pb.inc(1);
+    })?;
+    pb.finish_and_clear();
+    let name = format!("allreduce-{}-{}-{}", a.nodes, a.dtype.name(), table::redop(a.op));
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let json = serde_json::to_string_pretty(&rows)?;
+    let json_path = a.out.join(format!("{name}.json"));
+    std::fs::write(&json_path, &json).with_context(|| format!("writing {}", json_path.display()))?;
+    let svg = plot::svg(
+        &format!(
+            "NetDAM ring all-reduce, {} members, {} {}",
+            a.nodes,
+            a.dtype.name(),
+            table::redop(a.op)
+        ),
+        "size (bytes)",
+        "busbw (GB/s)",
+        &[plot::Series {
+            name: "NetDAM".into(),
+            points: rows.iter().map(|r| (r.bytes as f64, r.busbw_gbps)).collect(),
+        }],
+    );
+    let svg_path = a.out.join(format!("{name}.svg"));
+    std::fs::write(&svg_path, svg).with_context(|| format!("writing {}", svg_path.display()))?;
+    if a.json {
+        println!("{json}");
+    }
+    let wrong: u64 = rows.iter().filter_map(|r| r.wrong).sum();
+    eprintln!("results: {} and {}", json_path.display(), svg_path.display());
+    if wrong > 0 {
+        bail!("{wrong} element(s) differed from the ring's result");
+    }
+    Ok(())
 }

@@ -34,6 +34,31 @@ enum Cmd {
         #[command(subcommand)]
         cmd: TestbedCmd,
     },
+    /// Set up, build, then sweep the in-network ring all-reduce over sizes on a
+    /// testbed of N nodes and print the nccl-tests table (results/ gets JSON and an SVG plot).
+    Allreduce {
+        /// Members of the ring (2 to 8).
+        #[arg(long, default_value_t = 4)]
+        nodes: u8,
+        /// i32, u32, i64, u64 or f32.
+        #[arg(long, default_value = "i32")]
+        dtype: String,
+        /// sum, min, max, and, or, xor.
+        #[arg(long, default_value = "sum")]
+        op: String,
+        /// Smallest size in bytes (units like KiB work).
+        #[arg(long, default_value = "4")]
+        min_bytes: String,
+        /// Largest size; sizes double from the smallest.
+        #[arg(long, default_value = "67108864")]
+        max_bytes: String,
+        /// Timed all-reduces per size.
+        #[arg(long, default_value_t = 5)]
+        iters: u32,
+        /// Print JSON rows instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Regenerate tests/vectors/ (the conformance vectors) from the reference model.
     Vectors,
     /// Differential fuzzing: N seeded frames through the reference model and
@@ -110,6 +135,37 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Cmd::Test { unprivileged } => test(&root, unprivileged),
+        Cmd::Allreduce {
+            nodes,
+            dtype,
+            op,
+            min_bytes,
+            max_bytes,
+            iters,
+            json,
+        } => {
+            setup::run()?;
+            build(&root)?;
+            setup::require_root("cargo xtask allreduce")?;
+            let mut c = Command::new(netdam_bin(&root));
+            c.current_dir(&root)
+                .args(["testbed", "allreduce", "--nodes", &nodes.to_string()]);
+            c.args([
+                "--dtype",
+                &dtype,
+                "--op",
+                &op,
+                "--min-bytes",
+                &min_bytes,
+                "--max-bytes",
+                &max_bytes,
+            ]);
+            c.args(["--iters", &iters.to_string(), "--out", "results"]);
+            if json {
+                c.arg("--json");
+            }
+            cmd(&mut c)
+        }
         Cmd::Vectors => cmd(cargo().current_dir(&root).args([
             "run",
             "--release",

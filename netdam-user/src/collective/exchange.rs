@@ -72,6 +72,11 @@ pub enum Stopped {
     Io(std::io::Error),
 }
 
+/// Bounds of one wait for an answer: at least the resolution timers need,
+/// at most what keeps the loop responsive.
+const MIN_WAIT: Duration = Duration::from_micros(10);
+const MAX_WAIT: Duration = Duration::from_millis(5);
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum State {
     Unsent,
@@ -138,8 +143,7 @@ where
     let mut done = 0usize;
     let mut buf = Vec::with_capacity(9216);
     let mut rbuf = vec![0u8; 65536];
-    sock.set_read_timeout(Some(Duration::from_micros(500)))
-        .map_err(Stopped::Io)?;
+    sock.set_nonblocking(true).map_err(Stopped::Io)?;
     let mut send = |i: usize, slots: &mut [Slot], buf: &mut Vec<u8>| -> Result<u32, Stopped> {
         buf.clear();
         let seq = seq_base.wrapping_add(i as u32);
@@ -163,6 +167,14 @@ where
             in_flight += 1;
             deadlines.push(Reverse((Instant::now() + pacing.timeout, i, s)));
         }
+        // Wake for the next resend or the end of a pause, whichever is first.
+        let next = [deadlines.peek(), pauses.peek()]
+            .into_iter()
+            .flatten()
+            .map(|Reverse((when, _, _))| *when)
+            .min();
+        let wait = next.map_or(MAX_WAIT, |w| w.saturating_duration_since(Instant::now()));
+        wait_readable(sock, wait.clamp(MIN_WAIT, MAX_WAIT)).map_err(Stopped::Io)?;
         match sock.recv_from(&mut rbuf) {
             Ok((len, from)) => {
                 let from = match from {
@@ -188,8 +200,9 @@ where
                         if now - first > pacing.patience {
                             return Err(Stopped::NotReady { index: i, sr_idx, from });
                         }
-                        // 100 us doubling to 12.8 ms: a member starting late is not flooded.
-                        let pause = Duration::from_micros(100 << slots[i].not_ready.min(7));
+                        // 20 us doubling to 1.28 ms: members in lockstep start within
+                        // microseconds of each other; one starting late is not flooded.
+                        let pause = Duration::from_micros(20 << slots[i].not_ready.min(6));
                         slots[i].not_ready += 1;
                         // The pending resend deadline of this send is dropped by bumping sends.
                         slots[i].sends += 1;
@@ -242,6 +255,29 @@ where
         }
     }
     Ok(sent)
+}
+
+/// Waits until `sock` has a datagram or `timeout` passes. ppoll, not
+/// SO_RCVTIMEO: socket timeouts are rounded up to whole jiffies (4 ms at
+/// HZ=250), which alone would set the latency of a small all-reduce.
+fn wait_readable(sock: &UdpSocket, timeout: Duration) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut fd = libc::pollfd {
+        fd: sock.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: one valid pollfd, a valid timespec, no signal mask.
+    let r = unsafe { libc::ppoll(&mut fd, 1, &ts, std::ptr::null()) };
+    match r {
+        -1 if std::io::Error::last_os_error().kind() == ErrorKind::Interrupted => Ok(()),
+        -1 => Err(std::io::Error::last_os_error()),
+        _ => Ok(()),
+    }
 }
 
 /// The request index, status, SR idx and payload of a NetDAM response to

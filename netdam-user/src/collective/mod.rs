@@ -27,6 +27,8 @@
 mod exchange;
 pub mod inputs;
 pub mod ring;
+pub mod sweep;
+pub mod table;
 
 use std::{
     net::{Ipv4Addr, SocketAddrV4, UdpSocket},
@@ -85,7 +87,9 @@ impl Allreduce {
 pub struct CollectiveConfig {
     /// IP MTU of every path in the group: fixes the chunking (section 6).
     pub mtu: u32,
-    /// Chunks in flight per member (fewer than 1024, section 7).
+    /// Chunks in flight per member (fewer than 1024, section 7); 0: the
+    /// group's share of 128, so that all members' chunks together stay
+    /// below the 256 frames a veth XDP ring holds.
     pub window: usize,
     /// How long to wait for a chunk's answer before resending it.
     pub timeout: Duration,
@@ -102,7 +106,7 @@ impl Default for CollectiveConfig {
     fn default() -> Self {
         CollectiveConfig {
             mtu: 1500,
-            window: 128,
+            window: 0,
             timeout: Duration::from_millis(200),
             retries: 10,
             patience: Duration::from_secs(30),
@@ -183,6 +187,9 @@ fn silent_text(silent: &[Ipv4Addr]) -> String {
         format!("members that do not answer a NOP (NetDAM not serving there?): {silent:?}")
     }
 }
+
+/// Chunks in flight of the whole group by default.
+const GROUP_WINDOW: usize = 128;
 
 /// Receive buffer of the collective's socket. Answers that arrive through
 /// veth's XDP path cost a page each, so the default 208 KiB holds only
@@ -405,7 +412,10 @@ impl Collective {
 
     fn pacing(&self) -> Pacing {
         Pacing {
-            window: self.cfg.window.clamp(1, 1023),
+            window: match self.cfg.window {
+                0 => (GROUP_WINDOW / self.group.members.len()).max(1),
+                w => w.min(1023),
+            },
             timeout: self.cfg.timeout,
             retries: self.cfg.retries,
             patience: self.cfg.patience,
@@ -621,7 +631,7 @@ impl Collective {
                     waited: self.cfg.patience,
                 });
             }
-            std::thread::sleep(Duration::from_micros(50));
+            std::thread::sleep(Duration::from_micros(10));
         }
     }
 
