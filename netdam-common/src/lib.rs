@@ -7,6 +7,7 @@
 
 pub mod alu;
 pub mod chain;
+pub mod chaos;
 pub mod config;
 pub mod counters;
 pub mod region;

@@ -12,3 +12,9 @@ use crate::window::{SourceKey, Window};
 // SAFETY: repr(C) integers with explicit padding, as above.
 unsafe impl aya::Pod for SourceKey {}
 unsafe impl aya::Pod for Window {}
+
+use crate::chaos::{ChaosConfig, Held};
+
+// SAFETY: repr(C) integers and byte arrays with explicit padding, as above.
+unsafe impl aya::Pod for ChaosConfig {}
+unsafe impl aya::Pod for Held {}

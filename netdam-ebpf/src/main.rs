@@ -8,6 +8,7 @@
 mod atomic;
 mod carrier;
 mod chain;
+mod chaos;
 mod checksum;
 mod maps;
 mod memory;
@@ -16,7 +17,12 @@ mod respond;
 mod vector;
 mod window;
 
-use aya_ebpf::{bindings::xdp_action, helpers::generated::bpf_xdp_get_buff_len, macros::xdp, programs::XdpContext};
+use aya_ebpf::{
+    bindings::xdp_action,
+    helpers::generated::bpf_xdp_get_buff_len,
+    macros::{classifier, xdp},
+    programs::{TcContext, XdpContext},
+};
 use netdam_common::{chain::check_chain_preamble, counters::Event, Opcode};
 
 /// What becomes of a frame that is not answered by `ops::run`.
@@ -65,6 +71,13 @@ fn verdict(ctx: &XdpContext, r: Result<u32, Verdict>) -> u32 {
 #[xdp]
 pub fn netdam_pass(_ctx: XdpContext) -> u32 {
     xdp_action::XDP_PASS
+}
+
+/// The testbed's chaos element, on the egress of each switch port: drops,
+/// duplicates and reorders a configured fraction of NetDAM frames.
+#[classifier]
+pub fn netdam_chaos(ctx: TcContext) -> i32 {
+    chaos::run(&ctx)
 }
 
 #[inline(always)]

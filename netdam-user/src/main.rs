@@ -23,7 +23,7 @@ use netdam_user::{
     controller::{neighbours, pins, AttachMode, Interface, LocalNode, Node, NodeSpec},
     plot,
     stats::Stats,
-    testbed::Testbed,
+    testbed::{Chaos, Testbed},
     Client, ClientConfig, ClientError,
 };
 use tokio::{io::unix::AsyncFd, signal::unix::SignalKind};
@@ -91,6 +91,16 @@ enum TestbedCmd {
         mtu: u32,
         #[arg(long, default_value = "nd")]
         prefix: String,
+        #[command(flatten)]
+        chaos: ChaosArgs,
+    },
+    /// Print the chaos element's counters (frames seen, dropped, duplicated, held, released).
+    Chaos {
+        #[arg(long, default_value = "nd")]
+        prefix: String,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
     },
     /// Remove everything `up` made (safe to run twice, or after a crash).
     Down {
@@ -107,6 +117,35 @@ enum TestbedCmd {
         #[arg(long, default_value = "nd")]
         prefix: String,
     },
+}
+
+/// Impairments of the testbed's links: fractions of NetDAM frames on every
+/// link (each 0 to 1), applied by a tc program on the switch side.
+#[derive(Args)]
+struct ChaosArgs {
+    /// Fraction of NetDAM frames dropped, e.g. 0.01.
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    /// Fraction duplicated.
+    #[arg(long, default_value_t = 0.0)]
+    dup: f64,
+    /// Fraction held back and sent after the next frame on the same link.
+    #[arg(long, default_value_t = 0.0)]
+    reorder: f64,
+    /// Seed of the random streams.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+impl ChaosArgs {
+    fn chaos(&self) -> Chaos {
+        Chaos {
+            loss: self.loss,
+            dup: self.dup,
+            reorder: self.reorder,
+            seed: self.seed,
+        }
+    }
 }
 
 #[derive(Args)]
@@ -771,13 +810,41 @@ async fn read(a: ReadArgs) -> Result<()> {
 
 async fn testbed(cmd: TestbedCmd) -> Result<()> {
     match cmd {
-        TestbedCmd::Up { nodes, mtu, prefix } => {
+        TestbedCmd::Up {
+            nodes,
+            mtu,
+            prefix,
+            chaos,
+        } => {
             let tb = Testbed::up(&prefix, nodes, mtu)?;
+            let chaos = chaos.chaos();
+            if !chaos.is_none() {
+                tb.impair(&chaos)?;
+                println!(
+                    "chaos on every link: loss {}, dup {}, reorder {} of NetDAM frames (seed {}); counters: netdam testbed chaos --prefix {prefix}",
+                    chaos.loss, chaos.dup, chaos.reorder, chaos.seed
+                );
+            }
             for h in &tb.hosts {
                 println!("{:<10} {:<14} eth0  pins {}", h.netns, h.ip, h.pin_dir.display());
             }
             println!("switch namespace {prefix}sw; remove it all with `netdam testbed down --prefix {prefix}`");
             tb.leak();
+            Ok(())
+        }
+        TestbedCmd::Chaos { prefix, json } => {
+            let tb = Testbed::existing(&prefix)?;
+            let Some(stats) = tb.chaos_stats()? else {
+                bail!("testbed {prefix} has no chaos element: bring it up with --loss, --dup or --reorder")
+            };
+            if json {
+                println!("{}", serde_json::to_string_pretty(&stats)?);
+            } else {
+                println!(
+                    "NetDAM frames seen {}, dropped {}, duplicated {}, held {}, released behind a later frame {}",
+                    stats.seen, stats.dropped, stats.duplicated, stats.held, stats.released
+                );
+            }
             Ok(())
         }
         TestbedCmd::Down { prefix } => {

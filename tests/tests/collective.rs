@@ -10,12 +10,14 @@ use netdam_common::{
     wire::{Alu, Dtype},
 };
 use netdam_tests::{
+    netdam_bin, require_root,
     ring::{Ring, RKEY},
-    Rng,
+    unique_prefix, Rng,
 };
 use netdam_user::{
     collective::{inputs::member_input, Allreduce, CollectiveConfig},
     controller::LocalNode,
+    testbed::Chaos,
 };
 
 /// Where every member keeps its input and output (the sync area is at 0).
@@ -175,4 +177,94 @@ fn a_member_whose_program_is_detached_mid_run_fails_the_others_clearly() {
         );
     }
     assert!(took < Duration::from_secs(20), "failed in {took:?}, not hung");
+}
+
+/// Every link drops, duplicates and reorders `fraction` of the NetDAM frames
+/// each: the all-reduce still finishes, bit-exact on every member.
+fn under_chaos(fraction: f64, seed: u64) {
+    let cfg = CollectiveConfig {
+        timeout: Duration::from_millis(20),
+        retries: 50,
+        ..CollectiveConfig::default()
+    };
+    let ring = Ring::new(4, "4MiB", cfg);
+    let chaos = Chaos {
+        loss: fraction,
+        dup: fraction,
+        reorder: fraction,
+        seed,
+    };
+    ring.tb.impair(&chaos).expect("chaos element");
+    let mut seeds = Rng(seed);
+    for (dtype, alu) in [(Dtype::I32, Alu::Add), (Dtype::F32, Alu::Add), (Dtype::U64, Alu::Max)] {
+        let e = ring_chunk_elems(1500, 4, dtype.width()) as u64;
+        for count in [1, e + 1, (1 << 20) / dtype.width() as u64] {
+            check(&ring, &op(count, dtype, alu), seeds.next_u64());
+        }
+    }
+    let s = ring.tb.chaos_stats().expect("chaos counters").expect("chaos attached");
+    let share = |n: u64| n as f64 / s.seen as f64;
+    for (what, n) in [("dropped", s.dropped), ("duplicated", s.duplicated), ("held", s.held)] {
+        assert!(
+            share(n) > fraction / 2.0 && share(n) < fraction * 2.0,
+            "{what} {n} of {} frames, not about {fraction}: {s:?}",
+            s.seen
+        );
+    }
+    assert!(s.released > 0, "held frames were released behind later ones: {s:?}");
+}
+
+#[test]
+fn one_percent_loss_duplication_and_reordering() {
+    under_chaos(0.01, 11);
+}
+
+#[test]
+fn five_percent_loss_duplication_and_reordering() {
+    under_chaos(0.05, 55);
+}
+
+#[test]
+fn the_sweep_prints_the_nccl_table_and_writes_json_and_svg() {
+    require_root();
+    let prefix = unique_prefix();
+    let dir = std::env::temp_dir().join(format!("netdam-sweep-{prefix}"));
+    let out = std::process::Command::new(netdam_bin())
+        .args(["testbed", "allreduce", "--nodes", "3", "--dtype", "f32", "--op", "max"])
+        .args(["--max-bytes", "64KiB", "--iters", "2", "--prefix", &prefix])
+        .arg("--out")
+        .arg(&dir)
+        .output()
+        .expect("run netdam testbed allreduce");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut lines = stdout.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["size", "count", "type", "redop", "time", "algbw", "busbw", "#wrong"]
+    );
+    let rows: Vec<Vec<&str>> = lines.skip(1).map(|l| l.split_whitespace().collect()).collect();
+    // 4 B to 64 KiB, doubling: 15 sizes, every one checked and right.
+    assert_eq!(rows.len(), 15, "{stdout}");
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r[0], (4u64 << i).to_string());
+        assert_eq!(r[1], (1u64 << i).to_string());
+        assert_eq!((r[2], r[3], r[7]), ("f32", "max", "0"), "{stdout}");
+        assert!(r[4].parse::<f64>().unwrap() > 0.0);
+    }
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("allreduce-3-f32-max.json")).unwrap()).unwrap();
+    assert_eq!(json.as_array().unwrap().len(), 15);
+    let svg = std::fs::read_to_string(dir.join("allreduce-3-f32-max.svg")).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(svg.starts_with("<svg") && svg.matches("<circle").count() == 15);
+    assert!(
+        !std::path::Path::new(&format!("/run/netns/{prefix}sw")).exists(),
+        "the sweep tore its testbed down"
+    );
 }

@@ -87,6 +87,18 @@ enum TestbedCmd {
         nodes: usize,
         #[arg(long, default_value_t = 1500)]
         mtu: u32,
+        /// Fraction of NetDAM frames dropped on every link.
+        #[arg(long, default_value = "0")]
+        loss: String,
+        /// Fraction duplicated.
+        #[arg(long, default_value = "0")]
+        dup: String,
+        /// Fraction reordered (held back behind the next frame).
+        #[arg(long, default_value = "0")]
+        reorder: String,
+        /// Seed of the chaos element's random streams.
+        #[arg(long, default_value = "1")]
+        seed: String,
     },
     Down,
 }
@@ -123,14 +135,23 @@ fn run(cli: Cli) -> Result<()> {
             setup::require_root("cargo xtask testbed")?;
             let netdam = netdam_bin(&root);
             match tb {
-                TestbedCmd::Up { nodes, mtu } => cmd(Command::new(&netdam).args([
-                    "testbed",
-                    "up",
-                    "--nodes",
-                    &nodes.to_string(),
-                    "--mtu",
-                    &mtu.to_string(),
-                ])),
+                TestbedCmd::Up {
+                    nodes,
+                    mtu,
+                    loss,
+                    dup,
+                    reorder,
+                    seed,
+                } => cmd(Command::new(&netdam)
+                    .args([
+                        "testbed",
+                        "up",
+                        "--nodes",
+                        &nodes.to_string(),
+                        "--mtu",
+                        &mtu.to_string(),
+                    ])
+                    .args(["--loss", &loss, "--dup", &dup, "--reorder", &reorder, "--seed", &seed])),
                 TestbedCmd::Down => cmd(Command::new(&netdam).args(["testbed", "down"])),
             }
         }

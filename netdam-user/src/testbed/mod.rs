@@ -24,6 +24,9 @@ use thiserror::Error;
 
 use crate::controller::NETDAM_XDP;
 
+mod chaos;
+pub use chaos::{Chaos, ChaosStats};
+
 /// Most hosts on one testbed (addresses .1 to .250).
 pub const MAX_NODES: usize = 250;
 const NETNS_DIR: &str = "/run/netns";
@@ -45,6 +48,8 @@ pub enum TestbedError {
     Io(String, #[source] std::io::Error),
     #[error("pass-through XDP on {port}: {detail}")]
     Pass { port: String, detail: String },
+    #[error("chaos element: {0}")]
+    Chaos(String),
 }
 
 /// One test host.
@@ -226,6 +231,18 @@ impl Testbed {
             }
             Ok(())
         })?
+    }
+
+    /// A testbed that `up` made earlier (and left), without its hosts: what
+    /// is needed to read its pins. Dropping it removes nothing.
+    pub fn existing(prefix: &str) -> Result<Testbed, TestbedError> {
+        check_prefix(prefix)?;
+        Ok(Testbed {
+            prefix: prefix.to_string(),
+            hosts: Vec::new(),
+            mtu: 0,
+            owned: false,
+        })
     }
 
     /// Removes every namespace and pin of testbed `prefix`; succeeds if there is none.
