@@ -90,7 +90,7 @@ impl Testbed {
 fn attach(dir: &Path, ports: &[String], cfg: ChaosConfig, seed: u64) -> Result<(), TestbedError> {
     let fail = |what: &str, e: String| TestbedError::Chaos(format!("{what}: {e}"));
     let mut ebpf = EbpfLoader::new()
-        .set_max_entries("CHAOS_HELD", ports.len() as u32)
+        .map_max_entries("CHAOS_HELD", ports.len() as u32)
         .load(NETDAM_XDP)
         .map_err(|e| fail("loading the chaos element", e.to_string()))?;
     let mut config: Array<_, ChaosConfig> = Array::try_from(ebpf.map_mut("CHAOS_CONFIG").expect("CHAOS_CONFIG"))
@@ -118,7 +118,7 @@ fn attach(dir: &Path, ports: &[String], cfg: ChaosConfig, seed: u64) -> Result<(
     });
     for port in ports {
         let ifindex = nix::net::if_::if_nametoindex(port.as_str()).map_err(|e| fail(port, e.to_string()))?;
-        held.insert(ifindex, &*empty, 0)
+        held.insert(ifindex, empty.as_ref(), 0)
             .map_err(|e| fail("held", e.to_string()))?;
     }
     ebpf.map_mut("CHAOS_STATS")
