@@ -234,9 +234,39 @@ pub struct Report {
     pub elapsed: Duration,
 }
 
+/// What the engine needs of its member's node: its address, its memory,
+/// and the readiness generation of a region. `LocalNode` is the XDP node
+/// served on this host; a benchmark can put a userspace node here.
+pub trait MemberNode {
+    fn ipv4(&self) -> Ipv4Addr;
+    /// Bytes of memory.
+    fn mem_len(&self) -> usize;
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), ControllerError>;
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), ControllerError>;
+    fn set_generation(&mut self, rkey: u32, generation: u32) -> Result<(), ControllerError>;
+}
+
+impl MemberNode for LocalNode {
+    fn ipv4(&self) -> Ipv4Addr {
+        LocalNode::ipv4(self)
+    }
+    fn mem_len(&self) -> usize {
+        self.memory().len()
+    }
+    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), ControllerError> {
+        self.memory().read(addr, out)
+    }
+    fn write(&self, addr: u64, data: &[u8]) -> Result<(), ControllerError> {
+        self.memory().write(addr, data)
+    }
+    fn set_generation(&mut self, rkey: u32, generation: u32) -> Result<(), ControllerError> {
+        LocalNode::set_generation(self, rkey, generation)
+    }
+}
+
 /// A member's side of the group's collectives.
-pub struct Collective {
-    node: LocalNode,
+pub struct Collective<N: MemberNode = LocalNode> {
+    node: N,
     group: Group,
     rank: usize,
     cfg: CollectiveConfig,
@@ -244,9 +274,9 @@ pub struct Collective {
     origin: (Ipv4Addr, u16),
 }
 
-impl Collective {
+impl<N: MemberNode> Collective<N> {
     /// Joins `group` as the member that `node` (served on this host) is.
-    pub fn new(node: LocalNode, group: Group, cfg: CollectiveConfig) -> Result<Collective, CollectiveError> {
+    pub fn new(node: N, group: Group, cfg: CollectiveConfig) -> Result<Collective<N>, CollectiveError> {
         let n = group.members.len();
         if !(2..=MAX_RING).contains(&n) {
             return Err(CollectiveError::GroupSize(n));
@@ -292,7 +322,7 @@ impl Collective {
     }
 
     /// This member's node: its memory, where the input goes and the output is read.
-    pub fn node(&self) -> &LocalNode {
+    pub fn node(&self) -> &N {
         &self.node
     }
 
@@ -345,7 +375,7 @@ impl Collective {
     fn raise(&mut self, rkey: u32, generation: u32) -> Result<(), CollectiveError> {
         let (sync, _) = self.sync_range();
         let cell = sync + SYNC_SLOT * self.group.members.len() as u64;
-        self.node.memory().write(cell, &(generation as u64).to_le_bytes())?;
+        self.node.write(cell, &(generation as u64).to_le_bytes())?;
         Ok(self.node.set_generation(rkey, generation)?)
     }
 
@@ -428,7 +458,7 @@ impl Collective {
 
     /// Input, output and sync area inside the memory, apart, and aligned.
     fn check_layout(&self, op: &Allreduce) -> Result<(), CollectiveError> {
-        let size = self.node.memory().len() as u64;
+        let size = self.node.mem_len() as u64;
         let bytes = op.bytes();
         let w = op.dtype.width() as u64;
         let (sync, sync_len) = self.sync_range();
@@ -469,7 +499,7 @@ impl Collective {
     fn sync_slots(&self) -> Result<Vec<u64>, CollectiveError> {
         let (addr, _) = self.sync_range();
         let mut b = vec![0u8; SYNC_SLOT as usize * self.group.members.len()];
-        self.node.memory().read(addr, &mut b)?;
+        self.node.read(addr, &mut b)?;
         Ok(b.chunks(8)
             .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
             .collect())
@@ -508,7 +538,7 @@ impl Collective {
             let o = (mine[i] % n as u64) as usize;
             SocketAddrV4::new(self.group.members[ring_member(o, 0, n)], port)
         };
-        let memory = self.node.memory();
+        let node = &self.node;
         let mut read_failed = None;
         let reqs = Requests {
             n: mine.len(),
@@ -520,7 +550,7 @@ impl Collective {
                 let (off, len) = plan.span(mine[i]);
                 let at = buf.len();
                 buf.resize(at + len, 0);
-                if let Err(e) = memory.read(op.input_addr + off, &mut buf[at..]) {
+                if let Err(e) = node.read(op.input_addr + off, &mut buf[at..]) {
                     read_failed.get_or_insert(e);
                 }
             },
@@ -589,9 +619,7 @@ impl Collective {
     fn sync(&self, rkey: u32, generation: u32) -> Result<(), CollectiveError> {
         let (sync, _) = self.sync_range();
         let slot_addr = sync + SYNC_SLOT * self.rank as u64;
-        self.node
-            .memory()
-            .write(slot_addr, &(generation as u64).to_le_bytes())?;
+        self.node.write(slot_addr, &(generation as u64).to_le_bytes())?;
         let others: Vec<Ipv4Addr> = (0..self.group.members.len())
             .filter(|&m| m != self.rank)
             .map(|m| self.group.members[m])

@@ -25,7 +25,9 @@ use thiserror::Error;
 use crate::controller::NETDAM_XDP;
 
 mod chaos;
+mod members;
 pub use chaos::{Chaos, ChaosStats};
+pub use members::MemberThread;
 
 /// Most hosts on one testbed (addresses .1 to .250).
 pub const MAX_NODES: usize = 250;
