@@ -1,10 +1,16 @@
-//! `netdam-bench`: benchmarks of the XDP program (run by `cargo xtask bench`).
+//! `netdam-bench`: benchmarks of NetDAM-XDP (run by `cargo xtask bench`).
+//!
+//! `allreduce`: the in-network all-reduce against OpenMPI and a userspace
+//! UDP ring on one testbed (`allreduce.rs`).
 //!
 //! `xdp-ops`: the cost of each operation inside XDP, measured with
 //! BPF_PROG_TEST_RUN on this CPU. Each run is its own syscall with repeat 1
 //! (with repeat > 1 the kernel reuses the buffer, and an answered request
 //! would come back as its own response); the figure is the median of the
 //! kernel-measured durations, so syscall overhead is not in it.
+
+mod allreduce;
+mod udp_node;
 
 use std::path::PathBuf;
 
@@ -28,6 +34,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// All-reduce, int32 sum: NetDAM vs OpenMPI (TCP) vs the same ring in userspace over UDP.
+    Allreduce(allreduce::Args),
     /// ns per packet of each op inside XDP (BPF_PROG_TEST_RUN), medians.
     XdpOps {
         /// Runs per op.
@@ -76,6 +84,7 @@ struct Row {
 fn main() -> Result<()> {
     match Cli::parse().cmd {
         Cmd::XdpOps { runs, json } => xdp_ops(runs, json),
+        Cmd::Allreduce(a) => allreduce::run(a),
     }
 }
 

@@ -254,6 +254,31 @@ pub const fn combine64(dtype: Dtype, alu: Alu, a: u64, b: u64) -> u64 {
     }
 }
 
+/// acc[i] = alu(acc[i], x[i]) element-wise on little-endian vectors of
+/// `dtype` (host side: the model, the ring's expected result, baselines).
+pub fn combine_into(dtype: Dtype, alu: Alu, acc: &mut [u8], x: &[u8]) {
+    let w = dtype.width() as usize;
+    for (a, x) in acc.chunks_exact_mut(w).zip(x.chunks_exact(w)) {
+        if w == 4 {
+            let r = combine32(
+                dtype,
+                alu,
+                u32::from_le_bytes([a[0], a[1], a[2], a[3]]),
+                u32::from_le_bytes([x[0], x[1], x[2], x[3]]),
+            );
+            a.copy_from_slice(&r.to_le_bytes());
+        } else {
+            let r = combine64(
+                dtype,
+                alu,
+                u64::from_le_bytes([a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]]),
+                u64::from_le_bytes([x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]]),
+            );
+            a.copy_from_slice(&r.to_le_bytes());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -380,24 +380,26 @@ pub const fn ring_member(origin: usize, i: usize, members: usize) -> usize {
 /// the order the ring's REDUCE hops fold it in, which fixes the f32 bits.
 pub fn ring_result(dtype: Dtype, alu: Alu, inputs: &[&[u8]], chunk_elems: u32, first_elem: u64, out: &mut [u8]) {
     let n = inputs.len();
-    let w = dtype.width() as usize;
-    for (i, o) in out.chunks_exact_mut(w).enumerate() {
-        let chunk = (first_elem + i as u64) / chunk_elems.max(1) as u64;
+    let w = dtype.width() as u64;
+    let e = chunk_elems.max(1) as u64;
+    let mut at = 0usize;
+    while at < out.len() {
+        // The run of `out` inside one chunk.
+        let elem = first_elem + at as u64 / w;
+        let chunk = elem / e;
+        let run = (((chunk + 1) * e - elem) * w).min((out.len() - at) as u64) as usize;
         let origin = (chunk % n as u64) as usize;
-        let at = i * w..(i + 1) * w;
-        o.copy_from_slice(&inputs[origin][at.clone()]);
+        let span = at..at + run;
+        out[span.clone()].copy_from_slice(&inputs[origin][span.clone()]);
         for j in 1..n {
-            let x = &inputs[(origin + j) % n][at.clone()];
-            if w == 4 {
-                let a = u32::from_le_bytes([o[0], o[1], o[2], o[3]]);
-                let b = u32::from_le_bytes([x[0], x[1], x[2], x[3]]);
-                o.copy_from_slice(&crate::alu::combine32(dtype, alu, a, b).to_le_bytes());
-            } else {
-                let a = u64::from_le_bytes([o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7]]);
-                let b = u64::from_le_bytes([x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]]);
-                o.copy_from_slice(&crate::alu::combine64(dtype, alu, a, b).to_le_bytes());
-            }
+            crate::alu::combine_into(
+                dtype,
+                alu,
+                &mut out[span.clone()],
+                &inputs[(origin + j) % n][span.clone()],
+            );
         }
+        at += run;
     }
 }
 

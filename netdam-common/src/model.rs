@@ -13,7 +13,6 @@
 use std::{collections::HashMap, net::Ipv4Addr};
 
 use crate::{
-    alu::{combine32, combine64},
     chain::{
         check_chain_preamble, check_hop, check_ready, check_sr_shape, hop_needs_window, HopOp, Me, Segment, SrFixed,
         SEGMENT_LEN, SR_FIXED_LEN,
@@ -560,27 +559,7 @@ impl ModelNode {
 
 /// alu(a[i], b[i]) element-wise on little-endian vectors.
 pub fn combine(d: Dtype, alu: Alu, a: &[u8], b: &[u8]) -> Vec<u8> {
-    let w = d.width() as usize;
-    a.chunks(w)
-        .zip(b.chunks(w))
-        .flat_map(|(x, y)| {
-            if w == 4 {
-                let r = combine32(
-                    d,
-                    alu,
-                    u32::from_le_bytes(x.try_into().unwrap()),
-                    u32::from_le_bytes(y.try_into().unwrap()),
-                );
-                r.to_le_bytes().to_vec()
-            } else {
-                let r = combine64(
-                    d,
-                    alu,
-                    u64::from_le_bytes(x.try_into().unwrap()),
-                    u64::from_le_bytes(y.try_into().unwrap()),
-                );
-                r.to_le_bytes().to_vec()
-            }
-        })
-        .collect()
+    let mut v = a.to_vec();
+    crate::alu::combine_into(d, alu, &mut v, b);
+    v
 }

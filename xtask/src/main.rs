@@ -69,7 +69,7 @@ enum Cmd {
         #[arg(long, default_value_t = 0x5EED_0001)]
         seed: u64,
     },
-    /// Set up, build, run the benchmarks; results (JSON) go under results/ (not committed).
+    /// Set up (and OpenMPI), build, run the benchmarks; results (JSON, SVG) go under results/ (not committed).
     Bench,
     /// Set up, build, run every test: host unit tests, then (as root) the XDP program
     /// through BPF_PROG_TEST_RUN and the integration tests on the testbed.
@@ -226,11 +226,18 @@ fn run(cli: Cli) -> Result<()> {
             cmd(cargo()
                 .current_dir(&root)
                 .args(["build", "--release", "--package", "netdam-bench"]))?;
+            setup::bench()?;
             let results = root.join("results");
+            let bench = root.join("target/release/netdam-bench");
             println!("==> bench: XDP op cost (BPF_PROG_TEST_RUN)");
-            cmd(Command::new(root.join("target/release/netdam-bench"))
+            cmd(Command::new(&bench)
                 .args(["xdp-ops", "--json"])
-                .arg(results.join("xdp-ops.json")))
+                .arg(results.join("xdp-ops.json")))?;
+            println!("==> bench: all-reduce, NetDAM vs OpenMPI vs a userspace UDP ring (4 nodes, 1 KiB to 64 MiB)");
+            cmd(Command::new(&bench)
+                .env("NETDAM_BIN", netdam_bin(&root))
+                .args(["allreduce", "--out"])
+                .arg(&results))
         }
     }
 }

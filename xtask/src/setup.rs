@@ -118,6 +118,29 @@ pub fn run() -> Result<()> {
     Ok(())
 }
 
+/// What only the benchmarks need: OpenMPI (mpicc, mpirun) for the
+/// all-reduce comparison, from the distribution's packages.
+pub fn bench() -> Result<()> {
+    if output("mpicc", &["--showme:version"]).is_some() && output("mpirun", &["--version"]).is_some() {
+        return Ok(());
+    }
+    if !is_root() {
+        bail!("OpenMPI is missing: apt-get install openmpi-bin libopenmpi-dev");
+    }
+    step(
+        "package lists",
+        "apt-get",
+        &["update", "-qq"],
+        "install openmpi-bin and libopenmpi-dev by hand",
+    )?;
+    step(
+        "OpenMPI",
+        "apt-get",
+        &["install", "-y", "-qq", "openmpi-bin", "libopenmpi-dev"],
+        "the all-reduce benchmark compares with MPI_Allreduce; install openmpi-bin and libopenmpi-dev by hand",
+    )
+}
+
 /// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; children inherit
 /// the raised limit. Without CAP_SYS_RESOURCE the soft limit goes up to the hard one.
 fn raise_memlock() {

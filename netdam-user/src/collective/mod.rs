@@ -194,11 +194,11 @@ const GROUP_WINDOW: usize = 128;
 /// Receive buffer of the collective's socket. Answers that arrive through
 /// veth's XDP path cost a page each, so the default 208 KiB holds only
 /// about 48, fewer than a window of chunks answers at once.
-const RECEIVE_BUFFER: usize = 16 << 20;
+pub const RECEIVE_BUFFER: usize = 16 << 20;
 
 /// Raises the socket's receive buffer to `bytes`: past net.core.rmem_max
 /// when privileged (SO_RCVBUFFORCE), else as far as rmem_max allows.
-fn grow_receive_buffer(sock: &UdpSocket, bytes: usize) {
+pub fn grow_receive_buffer(sock: &UdpSocket, bytes: usize) {
     use std::os::fd::AsRawFd;
     let v = bytes as libc::c_int;
     for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
@@ -216,7 +216,7 @@ fn grow_receive_buffer(sock: &UdpSocket, bytes: usize) {
             return;
         }
     }
-    log::warn!("could not raise the collective socket's receive buffer to {bytes} bytes: expect resends");
+    log::warn!("could not raise a UDP socket's receive buffer to {bytes} bytes: expect losses");
 }
 
 /// What one all-reduce did, as this member saw it.
