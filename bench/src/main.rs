@@ -3,6 +3,9 @@
 //! `allreduce`: the in-network all-reduce against OpenMPI and a userspace
 //! UDP ring on one testbed (`allreduce.rs`).
 //!
+//! `node`: WRITE throughput and READ latency of one node against the
+//! XDP_DROP ceiling and a userspace server (`node.rs`).
+//!
 //! `xdp-ops`: the cost of each operation inside XDP, measured with
 //! BPF_PROG_TEST_RUN on this CPU. Each run is its own syscall with repeat 1
 //! (with repeat > 1 the kernel reuses the buffer, and an answered request
@@ -10,6 +13,7 @@
 //! kernel-measured durations, so syscall overhead is not in it.
 
 mod allreduce;
+mod node;
 mod udp_node;
 
 use std::path::PathBuf;
@@ -36,6 +40,9 @@ struct Cli {
 enum Cmd {
     /// All-reduce, int32 sum: NetDAM vs OpenMPI (TCP) vs the same ring in userspace over UDP.
     Allreduce(allreduce::Args),
+    /// One node: WRITE 1 KiB throughput against the XDP_DROP ceiling and a userspace
+    /// server, READ 64 B latency against the userspace server.
+    Node(node::Args),
     /// ns per packet of each op inside XDP (BPF_PROG_TEST_RUN), medians.
     XdpOps {
         /// Runs per op.
@@ -85,6 +92,7 @@ fn main() -> Result<()> {
     match Cli::parse().cmd {
         Cmd::XdpOps { runs, json } => xdp_ops(runs, json),
         Cmd::Allreduce(a) => allreduce::run(a),
+        Cmd::Node(a) => node::run(a),
     }
 }
 

@@ -73,6 +73,25 @@ pub fn netdam_pass(_ctx: XdpContext) -> u32 {
     xdp_action::XDP_PASS
 }
 
+/// Benchmark ceiling: counts a frame and drops it, the least a node can do
+/// with a frame in XDP (`netdam-bench node`).
+#[xdp]
+pub fn netdam_drop(_ctx: XdpContext) -> u32 {
+    if let Some(n) = maps::BENCH_DROPPED.get_ptr_mut(0) {
+        // SAFETY: this CPU's counter.
+        unsafe { *n += 1 };
+    }
+    xdp_action::XDP_DROP
+}
+
+/// Benchmark generator: sends the frame it is given back out. Run through
+/// BPF_PROG_TEST_RUN with live frames, it transmits one frame per repeat
+/// with no system call per frame (`netdam-bench node`).
+#[xdp]
+pub fn netdam_tx(_ctx: XdpContext) -> u32 {
+    xdp_action::XDP_TX
+}
+
 /// The testbed's chaos element, on the egress of each switch port: drops,
 /// duplicates and reorders a configured fraction of NetDAM frames.
 #[classifier]

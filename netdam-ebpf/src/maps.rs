@@ -76,3 +76,7 @@ pub fn count(index: u32) {
 pub fn count_event(e: Event) {
     count(e as u32)
 }
+
+/// Frames `netdam_drop` dropped, per CPU (benchmarks only).
+#[map(name = "BENCH_DROPPED")]
+pub static BENCH_DROPPED: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);

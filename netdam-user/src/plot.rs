@@ -119,6 +119,51 @@ pub fn svg(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> Stri
     s
 }
 
+/// Two groups of horizontal bars, each scaled to its own largest value,
+/// with the values written beside them: for a benchmark of a few figures.
+pub fn bars(title: &str, top: &[(&str, f64)], bottom: &[(&str, f64)]) -> String {
+    const ROW: f64 = 26.0;
+    let rows = (top.len() + bottom.len()) as f64;
+    let h = TOP + ROW * rows + 30.0 + BOTTOM;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(s, r#"<rect width="{W}" height="{h}" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="22" text-anchor="middle" font-size="15">{}</text>"#,
+        W / 2.0,
+        esc(title)
+    );
+    let mut y = TOP;
+    for (k, group) in [top, bottom].into_iter().enumerate() {
+        let max = group.iter().map(|b| b.1).fold(0.0, f64::max).max(f64::MIN_POSITIVE);
+        for (i, (name, v)) in group.iter().enumerate() {
+            let len = v / max * (W - 2.0 * LEFT - RIGHT);
+            let c = COLOURS[(i + 3 * k) % COLOURS.len()];
+            let _ = writeln!(
+                s,
+                r#"<text x="{}" y="{:.1}" text-anchor="end">{}</text><rect x="{}" y="{:.1}" width="{len:.1}" height="{}" fill="{c}"/><text x="{:.1}" y="{:.1}">{}</text>"#,
+                2.0 * LEFT - 8.0,
+                y + 15.0,
+                esc(name),
+                2.0 * LEFT,
+                y + 3.0,
+                ROW - 8.0,
+                2.0 * LEFT + len + 6.0,
+                y + 15.0,
+                short(*v)
+            );
+            y += ROW;
+        }
+        y += 30.0;
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
 fn esc(t: &str) -> String {
     t.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
@@ -172,5 +217,15 @@ mod tests {
         assert_eq!(s.matches("<circle").count(), 4);
         assert!(s.contains(">NetDAM<") && s.contains("MPI &lt;tcp&gt;"));
         assert!(s.contains(">1MiB<") && s.contains(">4B<"));
+    }
+
+    #[test]
+    fn bars_scale_each_group_to_its_largest() {
+        let s = bars("t", &[("a", 10.0), ("b", 5.0)], &[("c", 2.0)]);
+        assert_eq!(s.matches("<rect x=").count(), 3);
+        // Full width (720 - 140 - 170 = 410) for the largest of each group, half for b.
+        assert_eq!(s.matches(r#"width="410.0""#).count(), 2);
+        assert!(s.contains(r#"width="205.0""#));
+        assert!(s.contains(">10.0<") && s.contains(">2.0<"));
     }
 }

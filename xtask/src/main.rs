@@ -237,6 +237,11 @@ fn run(cli: Cli) -> Result<()> {
             cmd(Command::new(&bench)
                 .env("NETDAM_BIN", netdam_bin(&root))
                 .args(["allreduce", "--out"])
+                .arg(&results))?;
+            println!("==> bench: one node, WRITE throughput vs XDP_DROP and a userspace server, READ latency");
+            cmd(Command::new(&bench)
+                .env("NETDAM_BIN", netdam_bin(&root))
+                .args(["node", "--out"])
                 .arg(&results))
         }
     }
