@@ -6,15 +6,79 @@
 //! NETDAM_FUZZ_FRAMES and NETDAM_FUZZ_SEED override the frame count (50,000)
 //! and the seed.
 
+use std::net::Ipv4Addr;
+
 use netdam_common::{
+    chain::{HopOp, Segment, SrFixed},
     frame::{udp_frame, Endpoint, Ipv4Opts},
     model::{Action, ModelNode},
     wire::{flags, DEFAULT_PORT},
     NetdamHdr,
 };
-use netdam_tests::{progrun::*, Rng};
+use netdam_tests::{fibns::FibNetns, progrun::*, unique_prefix, Rng};
 
 const MEM: u64 = 1 << 20;
+
+/// The FIB of the fuzzed node: the client and two more hosts have neighbour
+/// entries; UNRESOLVED has a route but none.
+const NEIGHBOURS: [(Ipv4Addr, [u8; 6]); 3] = [
+    (CLIENT.ip, CLIENT.mac),
+    (Ipv4Addr::new(198, 18, 0, 3), [0x02, 0xDA, 0, 0, 0, 3]),
+    (Ipv4Addr::new(198, 18, 0, 4), [0x02, 0xDA, 0, 0, 0, 4]),
+];
+const UNRESOLVED: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 9);
+/// The readiness generation of the read-write region.
+const GENERATION: u32 = 5;
+
+/// A CHAIN program for the header `h`: mostly well formed, naming this node
+/// at idx, with next hops that do and do not resolve, origins that are and
+/// are not answerable, tags around the generation; sometimes broken.
+fn sr_program(rng: &mut Rng, h: &mut NetdamHdr) -> Vec<u8> {
+    let n = 1 + rng.below(6) as u8;
+    let idx = if rng.chance(95) { rng.below(n as u64) as u8 } else { n };
+    let hosts = [
+        NODE.ip,
+        NEIGHBOURS[0].0,
+        NEIGHBOURS[1].0,
+        NEIGHBOURS[2].0,
+        UNRESOLVED,
+        Ipv4Addr::LOCALHOST,
+    ];
+    let pick = |rng: &mut Rng| hosts[rng.below(hosts.len() as u64) as usize];
+    let origin = if rng.chance(70) { pick(rng) } else { NEIGHBOURS[0].0 };
+    let anchors = [RW.base, RW.base + RW.size - 64, RO.base, 0x10000];
+    let dst = anchors[rng.below(anchors.len() as u64) as usize] + (rng.below(512) & !7);
+    let mut b = SrFixed::new(n, idx, origin.into(), 20000 + rng.below(8) as u16, dst)
+        .to_bytes()
+        .to_vec();
+    for i in 0..n {
+        let ip = if i == idx && rng.chance(85) { NODE.ip } else { pick(rng) };
+        let port = if rng.chance(95) { DEFAULT_PORT } else { DEFAULT_PORT + 1 };
+        let op = if rng.chance(90) {
+            HopOp::ALL[rng.below(HopOp::ALL.len() as u64) as usize] as u8
+        } else {
+            rng.below(16) as u8
+        };
+        let mut seg = Segment::new(ip.into(), port, HopOp::Nop);
+        seg.op = op;
+        b.extend_from_slice(&seg.to_bytes());
+    }
+    h.sr_len = if rng.chance(95) {
+        b.len() as u8
+    } else {
+        b.len() as u8 + 8
+    };
+    // Mostly ready; NOT_READY and STALE too.
+    h.set_tag(if rng.chance(70) {
+        GENERATION
+    } else {
+        GENERATION + rng.below(3) as u32 - 1
+    });
+    if rng.chance(80) {
+        h.set_rkey(RKEY_RW);
+    }
+    b
+}
 
 /// One frame: mostly plausible requests, some broken on purpose.
 fn generate(rng: &mut Rng) -> Vec<u8> {
@@ -33,7 +97,12 @@ fn generate(rng: &mut Rng) -> Vec<u8> {
         0x00u8, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08, 0x09, 0x10, 0x0B, 0x7F,
     ];
     let mut h = NetdamHdr::request(netdam_common::Opcode::Nop);
-    h.opcode = ops[rng.below(ops.len() as u64) as usize];
+    // A fifth are CHAIN: its SR programs have many more ways to go.
+    h.opcode = if rng.chance(20) {
+        0x10
+    } else {
+        ops[rng.below(ops.len() as u64) as usize]
+    };
     if rng.chance(50) {
         h.flags |= flags::ACK_REQ;
     }
@@ -91,11 +160,18 @@ fn generate(rng: &mut Rng) -> Vec<u8> {
         len = 8;
     }
     h.set_len(len);
+    let sr = if h.opcode == 0x10 && rng.chance(90) {
+        sr_program(rng, &mut h)
+    } else {
+        Vec::new()
+    };
     let mut payload_len = h.sr_len as usize + len as usize;
     if rng.chance(5) {
         payload_len = payload_len.saturating_sub(1 + rng.below(4) as usize);
     }
     let mut rest: Vec<u8> = (0..payload_len).map(|_| rng.next_u64() as u8).collect();
+    let structured = sr.len().min(rest.len());
+    rest[..structured].copy_from_slice(&sr[..structured]);
     if rng.chance(2) {
         rest.extend((0..rng.below(40)).map(|_| 0xEE));
     }
@@ -144,7 +220,9 @@ fn model_and_xdp_program_agree_frame_by_frame() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0x5EED_0001);
     let s = spec();
-    let node = load(&s);
+    let mut node = load(&s);
+    node.set_generation(RKEY_RW, GENERATION).unwrap();
+    let fib = FibNetns::new(&unique_prefix(), NODE.mac, NODE.ip, &NEIGHBOURS);
     let mut model = ModelNode::new(
         s.mac,
         s.ipv4,
@@ -156,6 +234,8 @@ fn model_and_xdp_program_agree_frame_by_frame() {
         s.mem_size as usize,
         s.window_sources as usize,
     );
+    model.generations.insert(RKEY_RW, GENERATION);
+    model.neighbours.extend(NEIGHBOURS);
     let mut counters = vec![0u64; netdam_common::counters::COUNTER_SLOTS as usize];
     let mut rng = Rng(seed | 1);
     let mut seen = std::collections::BTreeMap::<&str, u64>::new();
@@ -176,7 +256,7 @@ fn model_and_xdp_program_agree_frame_by_frame() {
             f
         };
         let want = model.process(&f);
-        let got = run(&node, &f);
+        let got = fib.run(&node, &f);
         let fail = |what: &str| -> ! {
             let hex: String = f.iter().map(|b| format!("{b:02x}")).collect();
             panic!(
@@ -218,9 +298,17 @@ fn model_and_xdp_program_agree_frame_by_frame() {
             }
         }
     }
+    let stats = netdam_user::stats::Stats::from_counters(&counters);
+    let chain_ok = stats.requests("CHAIN", netdam_common::Status::Ok);
+    let forwarded = stats.event(netdam_common::counters::Event::ChainForwarded);
     println!(
-        "{frames} frames (seed {seed:#x}) in {:.1} s: {seen:?}",
+        "{frames} frames (seed {seed:#x}) in {:.1} s: {seen:?}; CHAIN hops OK {chain_ok}, forwarded {forwarded}",
         started.elapsed().as_secs_f64()
+    );
+    // Structured SR programs must get past the header checks, run hops and forward.
+    assert!(
+        chain_ok > frames / 100 && forwarded > frames / 200,
+        "too few CHAIN hops ran ({chain_ok}) or were forwarded ({forwarded})"
     );
     // The generator must reach every verdict, or the comparison proves little.
     for v in ["pass", "drop", "tx"] {
