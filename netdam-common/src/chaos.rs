@@ -9,15 +9,9 @@
 pub const CHAOS_MARK: u32 = 0x4E44_4348;
 
 /// Largest frame the element can hold for reordering: more than a 9216-byte
-/// payload with its headers. A power of two, so that the tc program can
-/// bound a length with a mask the verifier follows.
+/// payload with its headers. A power of two, as `bounded_len` of the data
+/// path needs.
 pub const HELD_MAX: usize = 16384;
-
-/// `len` (1..=HELD_MAX) in a form whose bounds the verifier can see.
-#[inline(always)]
-pub const fn bounded_len(len: u32) -> u32 {
-    ((len - 1) & (HELD_MAX as u32 - 1)) + 1
-}
 
 /// Index 0 of the config map. Fractions are thresholds out of 2^32 (2^32 = every frame).
 #[repr(C)]

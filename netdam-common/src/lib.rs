@@ -10,6 +10,7 @@ pub mod chain;
 pub mod chaos;
 pub mod config;
 pub mod counters;
+pub mod inject;
 pub mod region;
 pub mod validate;
 pub mod window;

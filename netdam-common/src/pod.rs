@@ -18,3 +18,6 @@ use crate::chaos::{ChaosConfig, Held};
 // SAFETY: repr(C) integers and byte arrays with explicit padding, as above.
 unsafe impl aya::Pod for ChaosConfig {}
 unsafe impl aya::Pod for Held {}
+
+// SAFETY: repr(C) integers and byte arrays with explicit padding, as above.
+unsafe impl aya::Pod for crate::inject::InjectJob {}

@@ -15,9 +15,11 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use netdam_common::{
-    chaos::{bounded_len, stat, xorshift, ChaosConfig, Fate, Held, CHAOS_MARK, HELD_MAX},
+    chaos::{stat, xorshift, ChaosConfig, Fate, Held, CHAOS_MARK, HELD_MAX},
     wire::{ETH_P_IPV4, IPPROTO_UDP},
 };
+
+use crate::memory::bounded_len;
 
 #[map(name = "CHAOS_CONFIG")]
 static CONFIG: Array<ChaosConfig> = Array::with_max_entries(1, 0);
@@ -141,7 +143,12 @@ fn hold(ctx: &TcContext, h: *mut Held) -> i64 {
     }
     // SAFETY: len is within the slot's buffer (checked above); the helper reads the skb.
     unsafe {
-        let r = bpf_skb_load_bytes(ctx.skb.skb.cast(), 0, (*h).data.as_mut_ptr().cast(), bounded_len(len));
+        let r = bpf_skb_load_bytes(
+            ctx.skb.skb.cast(),
+            0,
+            (*h).data.as_mut_ptr().cast(),
+            bounded_len(len, HELD_MAX as u32),
+        );
         if r == 0 {
             (*h).len = len;
         }
@@ -168,6 +175,12 @@ fn release(ctx: &TcContext, h: *mut Held, ifindex: u32) -> i64 {
         if bpf_skb_change_tail(skb, len, 0) != 0 {
             return -1;
         }
-        bpf_skb_store_bytes(skb.cast(), 0, (*h).data.as_ptr().cast(), bounded_len(len), 0)
+        bpf_skb_store_bytes(
+            skb.cast(),
+            0,
+            (*h).data.as_ptr().cast(),
+            bounded_len(len, HELD_MAX as u32),
+            0,
+        )
     }
 }

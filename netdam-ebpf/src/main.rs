@@ -10,6 +10,7 @@ mod carrier;
 mod chain;
 mod chaos;
 mod checksum;
+mod inject;
 mod maps;
 mod memory;
 mod ops;
@@ -71,6 +72,13 @@ fn verdict(ctx: &XdpContext, r: Result<u32, Verdict>) -> u32 {
 #[xdp]
 pub fn netdam_pass(_ctx: XdpContext) -> u32 {
     xdp_action::XDP_PASS
+}
+
+/// The collective's injector: one chunk request per BPF_PROG_TEST_RUN
+/// repeat, built from NetDAM memory (`inject.rs`).
+#[xdp]
+pub fn netdam_inject(ctx: XdpContext) -> u32 {
+    inject::run(&ctx)
 }
 
 /// Benchmark ceiling: counts a frame and drops it, the least a node can do

@@ -435,6 +435,11 @@ struct AllreduceArgs {
     /// Seconds to wait for the other members (to start, and to finish their chunks).
     #[arg(long, default_value_t = 30)]
     patience: u64,
+    /// Send the chunks a batch at a time through the node's injector
+    /// (BPF_PROG_TEST_RUN with live frames) instead of one system call each
+    /// through a UDP socket. Slower on Linux 6.18: see docs/collective.md.
+    #[arg(long)]
+    inject: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -558,7 +563,7 @@ async fn run(cli: Cli) -> Result<()> {
                 bail!("give the node's --pin-dir (e.g. /sys/fs/bpf/netdam/eth0)")
             };
             let removed = pins::unpin(&dir)?;
-            println!("removed {} pinned map(s) from {}", removed.len(), dir.display());
+            println!("removed {} pin(s) from {}", removed.len(), dir.display());
             Ok(())
         }
     }
@@ -978,6 +983,7 @@ fn allreduce(a: AllreduceArgs) -> Result<()> {
         retries: a.retries,
         patience: Duration::from_secs(a.patience),
         sync_addr: a.sync_addr,
+        inject: a.inject,
     };
     let group = Group {
         members: a.group.clone(),
@@ -1038,6 +1044,7 @@ fn allreduce(a: AllreduceArgs) -> Result<()> {
         resent: reports.iter().map(|r| r.resent).sum(),
         not_ready: reports.iter().map(|r| r.not_ready).sum(),
         generations: (reports[0].generation, last.generation),
+        injected: coll.injects(),
     };
     if a.json {
         println!("{}", serde_json::to_string(&row)?);

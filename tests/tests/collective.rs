@@ -121,6 +121,30 @@ fn sixty_four_mib_on_four_members() {
 }
 
 #[test]
+fn chunks_sent_through_the_injector_are_bit_exact() {
+    let cfg = CollectiveConfig {
+        inject: true,
+        ..CollectiveConfig::default()
+    };
+    let ring = Ring::new(3, "4MiB", cfg);
+    for (dtype, alu) in [(Dtype::I32, Alu::Add), (Dtype::F32, Alu::Add), (Dtype::U64, Alu::Min)] {
+        let e = ring_chunk_elems(1500, 3, dtype.width()) as u64;
+        // One chunk, a member's last chunk cut short, and several per member.
+        for count in [1, 3 * e + 1, 10_000] {
+            let o = op(count, dtype, alu);
+            check(&ring, &o, count);
+        }
+    }
+    let ins = inputs(9, 3, &op(100, Dtype::I32, Alu::Add));
+    for answer in ring.allreduce(&op(100, Dtype::I32, Alu::Add), &ins) {
+        assert!(
+            answer.expect("all-reduce").0.injected,
+            "the chunks left through the injector"
+        );
+    }
+}
+
+#[test]
 fn generations_follow_each_other_and_a_member_ahead_is_caught_up() {
     let ring = Ring::new(3, "4MiB", CollectiveConfig::default());
     let o = op(1000, Dtype::U32, Alu::Add);

@@ -3,7 +3,7 @@
 //! answered to the origin. A program of its own (`netdam_chain`), which
 //! `netdam` tail-calls, so that each stays within the verifier's budget.
 
-mod route;
+pub mod route;
 
 use aya_ebpf::{
     bindings::xdp_action,

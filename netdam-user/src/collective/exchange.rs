@@ -95,36 +95,64 @@ struct Slot {
     first_not_ready: Option<Instant>,
 }
 
-/// Requests `0..n` of one exchange: request i goes to `dest(i)` with seq
-/// `seq_base + i` and tag `tag`, as `build(i, seq, buf)` appends it.
-pub struct Requests<D, B> {
+/// Requests `0..n` of one exchange: request i carries seq `seq_base + i`,
+/// and its answer carries tag `tag`.
+#[derive(Clone, Copy, Debug)]
+pub struct Requests {
     pub n: usize,
     pub seq_base: u32,
     pub tag: u32,
-    pub dest: D,
-    pub build: B,
 }
 
-/// Sends `reqs` until each has an OK answer (whose payload goes to
-/// `answered(i, payload)`). Answers to anything else arriving on the socket
-/// are ignored.
-pub fn exchange<D, B>(
-    sock: &UdpSocket,
-    pacing: &Pacing,
-    reqs: Requests<D, B>,
-    mut answered: impl FnMut(usize, &[u8]),
-) -> Result<Sent, Stopped>
+/// Where requests leave.
+pub trait Transmit {
+    /// Sends request `i` (seq `seq`), or queues it for `flush`.
+    fn send(&mut self, i: usize, seq: u32) -> std::io::Result<()>;
+    /// Sends what `send` queued.
+    fn flush(&mut self) -> std::io::Result<()>;
+}
+
+/// Requests sent one `send_to` each: request i, as `build(i, seq, buf)`
+/// appends its UDP payload, to `dest(i)`.
+pub struct SocketTx<'a, D, B> {
+    pub sock: &'a UdpSocket,
+    pub dest: D,
+    pub build: B,
+    pub buf: Vec<u8>,
+}
+
+impl<D, B> Transmit for SocketTx<'_, D, B>
 where
     D: Fn(usize) -> SocketAddrV4,
     B: FnMut(usize, u32, &mut Vec<u8>),
 {
-    let Requests {
-        n,
-        seq_base,
-        tag,
-        dest,
-        mut build,
-    } = reqs;
+    fn send(&mut self, i: usize, seq: u32) -> std::io::Result<()> {
+        self.buf.clear();
+        (self.build)(i, seq, &mut self.buf);
+        match self.sock.send_to(&self.buf, (self.dest)(i)) {
+            Ok(_) => Ok(()),
+            // A full socket buffer loses the datagram as the network would: the timeout resends it.
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock) || e.raw_os_error() == Some(libc::ENOBUFS) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Sends `reqs` through `tx` until each has an OK answer (whose payload
+/// goes to `answered(i, payload)`), reading answers from `sock`. Answers to
+/// anything else arriving on the socket are ignored.
+pub fn exchange(
+    sock: &UdpSocket,
+    pacing: &Pacing,
+    reqs: Requests,
+    tx: &mut impl Transmit,
+    mut answered: impl FnMut(usize, &[u8]),
+) -> Result<Sent, Stopped> {
+    let Requests { n, seq_base, tag } = reqs;
     let mut slots: Vec<Slot> = (0..n)
         .map(|_| Slot {
             state: State::Unsent,
@@ -141,32 +169,25 @@ where
     let mut next_unsent = 0usize;
     let mut in_flight = 0usize;
     let mut done = 0usize;
-    let mut buf = Vec::with_capacity(9216);
     let mut rbuf = vec![0u8; 65536];
     sock.set_nonblocking(true).map_err(Stopped::Io)?;
-    let mut send = |i: usize, slots: &mut [Slot], buf: &mut Vec<u8>| -> Result<u32, Stopped> {
-        buf.clear();
-        let seq = seq_base.wrapping_add(i as u32);
-        build(i, seq, buf);
-        match sock.send_to(buf, dest(i)) {
-            Ok(_) => {}
-            // A full socket buffer loses the datagram as the network would: the timeout resends it.
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock) || e.raw_os_error() == Some(libc::ENOBUFS) => {}
-            Err(e) => return Err(Stopped::Io(e)),
-        }
+    // Sends request i; the number of this send.
+    fn send(tx: &mut impl Transmit, seq_base: u32, i: usize, slots: &mut [Slot]) -> Result<u32, Stopped> {
+        tx.send(i, seq_base.wrapping_add(i as u32)).map_err(Stopped::Io)?;
         slots[i].sends += 1;
         slots[i].state = State::Waiting;
         Ok(slots[i].sends)
-    };
+    }
     while done < n {
         while in_flight < pacing.window && next_unsent < n {
             let i = next_unsent;
             next_unsent += 1;
-            let s = send(i, &mut slots, &mut buf)?;
+            let s = send(tx, seq_base, i, &mut slots)?;
             sent.requests += 1;
             in_flight += 1;
             deadlines.push(Reverse((Instant::now() + pacing.timeout, i, s)));
         }
+        tx.flush().map_err(Stopped::Io)?;
         // Wake for the next resend or the end of a pause, whichever is first.
         let next = [deadlines.peek(), pauses.peek()]
             .into_iter()
@@ -175,52 +196,56 @@ where
             .min();
         let wait = next.map_or(MAX_WAIT, |w| w.saturating_duration_since(Instant::now()));
         wait_readable(sock, wait.clamp(MIN_WAIT, MAX_WAIT)).map_err(Stopped::Io)?;
-        match sock.recv_from(&mut rbuf) {
-            Ok((len, from)) => {
-                let from = match from {
-                    std::net::SocketAddr::V4(a) => *a.ip(),
-                    std::net::SocketAddr::V6(_) => continue,
-                };
-                let Some((i, status, sr_idx, payload)) = answer(&rbuf[..len], seq_base, n, tag) else {
-                    continue;
-                };
-                if slots[i].state != State::Waiting {
-                    continue;
-                }
-                match status {
-                    Status::Ok => {
-                        answered(i, payload);
-                        slots[i].state = State::Done;
-                        done += 1;
-                        in_flight -= 1;
+        // Every answer already waiting, before the window is refilled: refills
+        // then leave in batches (one injector run for many chunks).
+        loop {
+            match sock.recv_from(&mut rbuf) {
+                Ok((len, from)) => {
+                    let from = match from {
+                        std::net::SocketAddr::V4(a) => *a.ip(),
+                        std::net::SocketAddr::V6(_) => continue,
+                    };
+                    let Some((i, status, sr_idx, payload)) = answer(&rbuf[..len], seq_base, n, tag) else {
+                        continue;
+                    };
+                    if slots[i].state != State::Waiting {
+                        continue;
                     }
-                    Status::NotReady => {
-                        let now = Instant::now();
-                        let first = *slots[i].first_not_ready.get_or_insert(now);
-                        if now - first > pacing.patience {
-                            return Err(Stopped::NotReady { index: i, sr_idx, from });
+                    match status {
+                        Status::Ok => {
+                            answered(i, payload);
+                            slots[i].state = State::Done;
+                            done += 1;
+                            in_flight -= 1;
                         }
-                        // 20 us doubling to 1.28 ms: members in lockstep start within
-                        // microseconds of each other; one starting late is not flooded.
-                        let pause = Duration::from_micros(20 << slots[i].not_ready.min(6));
-                        slots[i].not_ready += 1;
-                        // The pending resend deadline of this send is dropped by bumping sends.
-                        slots[i].sends += 1;
-                        pauses.push(Reverse((now + pause, i, slots[i].sends)));
-                    }
-                    status => {
-                        return Err(Stopped::Refused {
-                            index: i,
-                            status,
-                            sr_idx,
-                            from,
-                        })
+                        Status::NotReady => {
+                            let now = Instant::now();
+                            let first = *slots[i].first_not_ready.get_or_insert(now);
+                            if now - first > pacing.patience {
+                                return Err(Stopped::NotReady { index: i, sr_idx, from });
+                            }
+                            // 20 us doubling to 1.28 ms: members in lockstep start within
+                            // microseconds of each other; one starting late is not flooded.
+                            let pause = Duration::from_micros(20 << slots[i].not_ready.min(6));
+                            slots[i].not_ready += 1;
+                            // The pending resend deadline of this send is dropped by bumping sends.
+                            slots[i].sends += 1;
+                            pauses.push(Reverse((now + pause, i, slots[i].sends)));
+                        }
+                        status => {
+                            return Err(Stopped::Refused {
+                                index: i,
+                                status,
+                                sr_idx,
+                                from,
+                            })
+                        }
                     }
                 }
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => break,
+                Err(e) if e.kind() == ErrorKind::ConnectionRefused => {}
+                Err(e) => return Err(Stopped::Io(e)),
             }
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
-            Err(e) if e.kind() == ErrorKind::ConnectionRefused => {}
-            Err(e) => return Err(Stopped::Io(e)),
         }
         let now = Instant::now();
         while let Some(&Reverse((when, i, s))) = pauses.peek() {
@@ -229,7 +254,7 @@ where
             }
             pauses.pop();
             if slots[i].state == State::Waiting && slots[i].sends == s {
-                let s = send(i, &mut slots, &mut buf)?;
+                let s = send(tx, seq_base, i, &mut slots)?;
                 sent.not_ready += 1;
                 deadlines.push(Reverse((Instant::now() + pacing.timeout, i, s)));
             }
@@ -249,7 +274,7 @@ where
                     .collect();
                 return Err(Stopped::Timeout { unanswered });
             }
-            let s = send(i, &mut slots, &mut buf)?;
+            let s = send(tx, seq_base, i, &mut slots)?;
             sent.resent += 1;
             deadlines.push(Reverse((Instant::now() + pacing.timeout, i, s)));
         }

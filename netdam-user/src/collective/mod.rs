@@ -25,6 +25,7 @@
 //! finished), then one u64 cell (the generation this member raised).
 
 mod exchange;
+pub mod inject;
 pub mod inputs;
 pub mod ring;
 pub mod sweep;
@@ -35,7 +36,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use exchange::{exchange, Pacing, Requests, Sent, Stopped};
+use exchange::{exchange, Pacing, Requests, Sent, SocketTx, Stopped};
+use inject::{Batch, Injector};
 use netdam_common::{
     chain::{ring_member, MAX_RING},
     wire::{flags, Alu, Dtype},
@@ -100,6 +102,12 @@ pub struct CollectiveConfig {
     pub patience: Duration,
     /// Where the sync area (`sync_len` bytes, 8-aligned) lies in every member's memory.
     pub sync_addr: u64,
+    /// Send the first packet of each chunk through the node's injector
+    /// (one system call a batch) instead of the socket (one a packet). Off
+    /// by default: on Linux 6.18 each live-frames run costs tens of
+    /// milliseconds whatever its size, far more than the socket's sends
+    /// (docs/collective.md).
+    pub inject: bool,
 }
 
 impl Default for CollectiveConfig {
@@ -111,6 +119,7 @@ impl Default for CollectiveConfig {
             retries: 10,
             patience: Duration::from_secs(30),
             sync_addr: 0,
+            inject: false,
         }
     }
 }
@@ -232,6 +241,8 @@ pub struct Report {
     pub not_ready: u64,
     /// From the raise of the generation to the completion of the sync area.
     pub elapsed: Duration,
+    /// Whether the chunks left through the node's injector.
+    pub injected: bool,
 }
 
 /// What the engine needs of its member's node: its address, its memory,
@@ -244,6 +255,10 @@ pub trait MemberNode {
     fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), ControllerError>;
     fn write(&self, addr: u64, data: &[u8]) -> Result<(), ControllerError>;
     fn set_generation(&mut self, rkey: u32, generation: u32) -> Result<(), ControllerError>;
+    /// The node's injector, if it has one (an XDP node that pinned it).
+    fn injector(&self) -> Option<Result<Injector, ControllerError>> {
+        None
+    }
 }
 
 impl MemberNode for LocalNode {
@@ -262,6 +277,12 @@ impl MemberNode for LocalNode {
     fn set_generation(&mut self, rkey: u32, generation: u32) -> Result<(), ControllerError> {
         LocalNode::set_generation(self, rkey, generation)
     }
+    fn injector(&self) -> Option<Result<Injector, ControllerError>> {
+        Some(
+            self.interface_index()
+                .and_then(|ifindex| Injector::open(self.pin_dir(), ifindex)),
+        )
+    }
 }
 
 /// A member's side of the group's collectives.
@@ -272,6 +293,8 @@ pub struct Collective<N: MemberNode = LocalNode> {
     cfg: CollectiveConfig,
     sock: UdpSocket,
     origin: (Ipv4Addr, u16),
+    /// The node's injector, when the config asks for it and the node has one.
+    injector: Option<Injector>,
 }
 
 impl<N: MemberNode> Collective<N> {
@@ -302,6 +325,14 @@ impl<N: MemberNode> Collective<N> {
             .local_addr()
             .map_err(|e| CollectiveError::Io("the socket's port".into(), e))?
             .port();
+        let injector = match (cfg.inject, node.injector()) {
+            (true, Some(Ok(i))) => Some(i),
+            (true, Some(Err(e))) => {
+                log::warn!("no injector ({e}): chunks leave through the socket, one system call each");
+                None
+            }
+            _ => None,
+        };
         Ok(Collective {
             node,
             group,
@@ -309,6 +340,7 @@ impl<N: MemberNode> Collective<N> {
             cfg,
             sock,
             origin: (me, port),
+            injector,
         })
     }
 
@@ -368,6 +400,7 @@ impl<N: MemberNode> Collective<N> {
             resent: chunks.resent,
             not_ready: chunks.not_ready,
             elapsed: started.elapsed(),
+            injected: self.injector.is_some(),
         })
     }
 
@@ -428,6 +461,9 @@ impl<N: MemberNode> Collective<N> {
             n: to.len(),
             seq_base: rand::random(),
             tag,
+        };
+        let mut tx = SocketTx {
+            sock: &self.sock,
             dest: |i: usize| SocketAddrV4::new(to[i], port),
             build: |i: usize, seq: u32, buf: &mut Vec<u8>| {
                 let (mut h, payload) = make(i);
@@ -436,8 +472,9 @@ impl<N: MemberNode> Collective<N> {
                 buf.extend_from_slice(&h.to_bytes());
                 buf.extend_from_slice(&payload);
             },
+            buf: Vec::new(),
         };
-        exchange(&self.sock, pacing, reqs, answered)
+        exchange(&self.sock, pacing, reqs, &mut tx, answered)
     }
 
     fn pacing(&self) -> Pacing {
@@ -515,7 +552,7 @@ impl<N: MemberNode> Collective<N> {
     }
 
     fn run_chunks(
-        &self,
+        &mut self,
         op: &Allreduce,
         plan: &RingPlan,
         mine: &[u64],
@@ -534,32 +571,61 @@ impl<N: MemberNode> Collective<N> {
         };
         let n = self.group.members.len();
         let port = self.group.port;
-        let first_hop = |i: usize| {
-            let o = (mine[i] % n as u64) as usize;
-            SocketAddrV4::new(self.group.members[ring_member(o, 0, n)], port)
-        };
-        let node = &self.node;
-        let mut read_failed = None;
+        // Every chunk a member originates goes first to member o+1.
+        let first_hop = SocketAddrV4::new(self.group.members[ring_member(self.rank, 0, n)], port);
+        let pacing = self.pacing();
         let reqs = Requests {
             n: mine.len(),
             seq_base: rand::random(),
             tag: generation,
-            dest: first_hop,
-            build: |i: usize, seq: u32, buf: &mut Vec<u8>| {
-                req.chunk_header(plan, mine[i], seq, buf);
-                let (off, len) = plan.span(mine[i]);
-                let at = buf.len();
-                buf.resize(at + len, 0);
-                if let Err(e) = node.read(op.input_addr + off, &mut buf[at..]) {
-                    read_failed.get_or_insert(e);
-                }
-            },
         };
-        let result = exchange(&self.sock, &self.pacing(), reqs, |_, _| {});
+        let mut read_failed = None;
+        let result = match (self.injector.as_mut(), mine.first()) {
+            (Some(injector), Some(&first)) => {
+                let mut netdam = Vec::new();
+                req.chunk_header(plan, first, reqs.seq_base, &mut netdam);
+                injector.prepare(&Batch {
+                    netdam: &netdam,
+                    src: self.origin,
+                    dst: (*first_hop.ip(), port),
+                    seq_base: reqs.seq_base,
+                    first_chunk: self.rank as u32,
+                    stride: n as u32,
+                    chunk_bytes: plan.chunk_elems * plan.width,
+                    total_bytes: op.bytes(),
+                    input_addr: op.input_addr,
+                    output_addr: op.output_addr,
+                });
+                exchange(&self.sock, &pacing, reqs, injector, |_, _| {})
+            }
+            _ => {
+                let node = &self.node;
+                let mut tx = SocketTx {
+                    sock: &self.sock,
+                    dest: |_: usize| first_hop,
+                    build: |i: usize, seq: u32, buf: &mut Vec<u8>| {
+                        req.chunk_header(plan, mine[i], seq, buf);
+                        let (off, len) = plan.span(mine[i]);
+                        let at = buf.len();
+                        buf.resize(at + len, 0);
+                        if let Err(e) = node.read(op.input_addr + off, &mut buf[at..]) {
+                            read_failed.get_or_insert(e);
+                        }
+                    },
+                    buf: Vec::new(),
+                };
+                exchange(&self.sock, &pacing, reqs, &mut tx, |_, _| {})
+            }
+        };
         if let Some(e) = read_failed {
             return Err(e.into());
         }
         result.map_err(|stop| self.explain(stop, generation, "chunk", |i| mine[i].to_string(), |i| mine[i]))
+    }
+
+    /// Whether chunks leave through the node's injector.
+    pub fn injects(&self) -> bool {
+        self.injector.is_some()
     }
 
     /// Turns an exchange that stopped short into the error a person can act on.

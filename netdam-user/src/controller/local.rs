@@ -12,6 +12,7 @@ use super::{ControllerError, NetdamMemory, MAP_CONFIG, MAP_GENERATIONS, MAP_MEM}
 
 pub struct LocalNode {
     pub config: NodeConfig,
+    dir: std::path::PathBuf,
     memory: NetdamMemory,
     generations: BpfHashMap<MapData, u32, u32>,
 }
@@ -44,6 +45,7 @@ impl LocalNode {
             .map_err(|e| ControllerError::Map(MAP_GENERATIONS, e))?;
         Ok(LocalNode {
             config,
+            dir: dir.to_path_buf(),
             memory,
             generations,
         })
@@ -51,6 +53,30 @@ impl LocalNode {
 
     pub fn ipv4(&self) -> Ipv4Addr {
         Ipv4Addr::from(u32::from_be(self.config.ipv4_be))
+    }
+
+    /// Where the node's maps (and its injector) are pinned.
+    pub fn pin_dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The index of the interface that holds the node's address, in the
+    /// calling thread's network namespace.
+    pub fn interface_index(&self) -> Result<u32, ControllerError> {
+        let ip = self.ipv4();
+        let addrs =
+            nix::ifaddrs::getifaddrs().map_err(|e| ControllerError::Io("listing the interfaces".into(), e.into()))?;
+        for a in addrs {
+            let here = a.address.as_ref().and_then(|s| s.as_sockaddr_in()).map(|s| s.ip());
+            if here == Some(ip) {
+                return nix::net::if_::if_nametoindex(a.interface_name.as_str())
+                    .map_err(|e| ControllerError::Io(format!("the index of {}", a.interface_name), e.into()));
+            }
+        }
+        Err(ControllerError::Io(
+            format!("no interface here has the node's address {ip}"),
+            std::io::Error::from(std::io::ErrorKind::NotFound),
+        ))
     }
 
     pub fn memory(&self) -> &NetdamMemory {

@@ -36,6 +36,12 @@ pub static NETDAM_XDP: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR
 pub const PROGRAM: &str = "netdam";
 /// The CHAIN program, which `netdam` tail-calls through NETDAM_JUMP.
 pub const CHAIN_PROGRAM: &str = "netdam_chain";
+/// The collective's injector (not attached: run through BPF_PROG_TEST_RUN).
+pub const INJECT_PROGRAM: &str = "netdam_inject";
+pub const MAP_INJECT: &str = "NETDAM_INJECT";
+/// Pinned beside the maps, anew at every load: the injector and its job,
+/// for the collective engine of a process other than `serve`.
+pub const INJECTOR_PINS: [&str; 2] = [INJECT_PROGRAM, MAP_INJECT];
 
 pub const MAP_MEM: &str = "NETDAM_MEM";
 pub const MAP_CONFIG: &str = "NETDAM_CONFIG";
@@ -115,6 +121,31 @@ pub enum ControllerError {
     Map(&'static str, #[source] aya::maps::MapError),
     #[error(transparent)]
     Ebpf(Box<aya::EbpfError>),
+}
+
+/// Pins the injector and its job map in `dir`, replacing those of an earlier load.
+fn pin_injector(ebpf: &mut Ebpf, dir: &Path) -> Result<(), ControllerError> {
+    for name in INJECTOR_PINS {
+        let p = dir.join(name);
+        if p.exists() {
+            std::fs::remove_file(&p).map_err(|e| ControllerError::Io(format!("remove {}", p.display()), e))?;
+        }
+    }
+    let pin_err = |what: &str, e: String| {
+        ControllerError::Io(format!("pinning {what} in {}", dir.display()), std::io::Error::other(e))
+    };
+    let inject: &mut Xdp = ebpf
+        .program_mut(INJECT_PROGRAM)
+        .expect("netdam_inject")
+        .try_into()
+        .expect("XDP");
+    inject
+        .pin(dir.join(INJECT_PROGRAM))
+        .map_err(|e| pin_err(INJECT_PROGRAM, e.to_string()))?;
+    ebpf.map_mut(MAP_INJECT)
+        .expect("the object has NETDAM_INJECT")
+        .pin(dir.join(MAP_INJECT))
+        .map_err(|e| pin_err(MAP_INJECT, e.to_string()))
 }
 
 /// How to attach: `auto` tries native (driver) XDP and falls back to generic.
@@ -257,6 +288,15 @@ impl Node {
             .try_into()
             .expect("netdam is an XDP program");
         prog.load().map_err(load_error)?;
+        let inject: &mut Xdp = ebpf
+            .program_mut(INJECT_PROGRAM)
+            .expect("the object has the netdam_inject program")
+            .try_into()
+            .expect("netdam_inject is an XDP program");
+        inject.load().map_err(load_error)?;
+        if let Some(dir) = pin_dir {
+            pin_injector(&mut ebpf, dir)?;
+        }
         let mem_map = ebpf.map(MAP_MEM).expect("the object has NETDAM_MEM");
         let memory = match mem_map {
             Map::Array(data) => NetdamMemory::map(data.fd(), spec.mem_size as usize)?,

@@ -7,7 +7,7 @@ use std::{
 
 use aya::maps::MapData;
 
-use super::{ControllerError, PINNED_MAPS};
+use super::{ControllerError, INJECTOR_PINS, PINNED_MAPS};
 
 /// bpffs magic number (statfs f_type).
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
@@ -84,11 +84,11 @@ pub fn check_compatible(dir: &Path, object: &[u8], overrides: &HashMap<&str, u32
     Ok(found)
 }
 
-/// Removes the node's pinned maps and, if then empty, the directory.
-/// Returns the maps removed.
+/// Removes the node's pinned maps (and its injector) and, if then empty,
+/// the directory. Returns what was removed.
 pub fn unpin(dir: &Path) -> Result<Vec<PathBuf>, ControllerError> {
     let mut removed = Vec::new();
-    for name in PINNED_MAPS {
+    for name in PINNED_MAPS.iter().chain(&INJECTOR_PINS) {
         let p = dir.join(name);
         if p.exists() {
             std::fs::remove_file(&p).map_err(|e| ControllerError::Io(format!("remove {}", p.display()), e))?;
