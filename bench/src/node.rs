@@ -126,16 +126,16 @@ pub fn run(a: Args) -> Result<()> {
         r.netdam_read_us.push(read_latency(&tb, a.samples)?);
         served.stop();
         eprintln!("repetition {rep}/{}: XDP_DROP ceiling", a.reps);
-        let dropper = Dropper::attach(&tb)?;
+        let dropper = attach_dropper(&tb)?;
         let (sent, secs) = generate(&tb, &write_frame, duration)?;
         let dropped = dropper.finish()?;
         r.generator_fps_drop.push(sent as f64 / secs);
         r.drop_fps.push(dropped as f64 / secs);
         eprintln!("repetition {rep}/{}: userspace server", a.reps);
-        let server = Userspace::start(&tb)?;
-        let before = server.received.load(Ordering::Relaxed);
+        let (server, received) = start_userspace(&tb)?;
+        let before = received.load(Ordering::Relaxed);
         let (sent, secs) = generate(&tb, &write_frame, duration)?;
-        let executed = server.received.load(Ordering::Relaxed) - before;
+        let executed = received.load(Ordering::Relaxed) - before;
         r.generator_fps_userspace.push(sent as f64 / secs);
         r.userspace_write_fps.push(executed as f64 / secs);
         r.userspace_read_us.push(read_latency(&tb, a.samples)?);
@@ -185,79 +185,87 @@ fn generate(tb: &Testbed, frame: &[u8], duration: Duration) -> Result<(u64, f64)
     })?
 }
 
-/// The minimal XDP_DROP program on the node's interface, counting.
-struct Dropper {
+/// A thread in a test host's namespace that sets something up there,
+/// keeps it until `finish`, then ends with a result.
+struct Held<T> {
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<Result<u64>>,
+    thread: JoinHandle<Result<T>>,
 }
 
-impl Dropper {
-    fn attach(tb: &Testbed) -> Result<Dropper> {
+impl<T: Send + 'static> Held<T> {
+    /// Runs `setup` in `netns`; returns once it has, with what it reported.
+    fn start<R, K>(
+        netns: &str,
+        setup: impl FnOnce() -> Result<(R, K)> + Send + 'static,
+        end: impl FnOnce(K) -> Result<T> + Send + 'static,
+    ) -> Result<(Held<T>, R)>
+    where
+        R: Send + 'static,
+    {
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready) = channel();
-        let netns = tb.hosts[0].netns.clone();
         let flag = stop.clone();
-        let thread = std::thread::spawn(move || -> Result<u64> {
-            enter(&netns)?;
+        let name = netns.to_string();
+        let thread = std::thread::spawn(move || -> Result<T> {
+            let (report, kept) = enter(&name).and_then(|_| setup()).inspect_err(|_| {
+                let _ = ready_tx.send(None);
+            })?;
+            let _ = ready_tx.send(Some(report));
+            while !flag.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            end(kept)
+        });
+        match ready.recv().ok().flatten() {
+            Some(report) => Ok((Held { stop, thread }, report)),
+            None => Err(thread
+                .join()
+                .map_err(|_| anyhow!("the thread in {netns} panicked"))?
+                .err()
+                .unwrap_or_else(|| anyhow!("the thread in {netns} did not start"))),
+        }
+    }
+
+    fn finish(self) -> Result<T> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().map_err(|_| anyhow!("a benchmark thread panicked"))?
+    }
+}
+
+/// The minimal XDP_DROP program on the node's interface, counting; ends with the frames dropped.
+fn attach_dropper(tb: &Testbed) -> Result<Held<u64>> {
+    let (held, ()) = Held::start(
+        &tb.hosts[0].netns,
+        || {
             let mut ebpf = EbpfLoader::new().load(NETDAM_XDP)?;
             let drop: &mut Xdp = ebpf.program_mut("netdam_drop").context("netdam_drop")?.try_into()?;
             drop.load()?;
             drop.attach(IFACE, XdpMode::Driver)?;
-            let _ = ready_tx.send(());
-            while !flag.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            Ok(((), ebpf))
+        },
+        |ebpf| {
             let counts: PerCpuArray<_, u64> =
                 PerCpuArray::try_from(ebpf.map("BENCH_DROPPED").context("BENCH_DROPPED")?)?;
             Ok(counts.get(&0, 0)?.iter().sum())
-        });
-        ready
-            .recv()
-            .map_err(|_| anyhow!("the XDP_DROP program did not attach"))?;
-        Ok(Dropper { stop, thread })
-    }
-
-    fn finish(self) -> Result<u64> {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().map_err(|_| anyhow!("the dropper thread panicked"))?
-    }
+        },
+    )?;
+    Ok(held)
 }
 
-/// The userspace server on the node's address and port P, NetDAM detached.
-struct Userspace {
-    /// Datagrams it received so far.
-    received: Arc<AtomicU64>,
-    stop: Arc<AtomicBool>,
-    thread: JoinHandle<Result<()>>,
-}
-
-impl Userspace {
-    fn start(tb: &Testbed) -> Result<Userspace> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (ready_tx, ready) = channel();
-        let netns = tb.hosts[0].netns.clone();
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || -> Result<()> {
-            enter(&netns)?;
+/// The userspace server on the node's address and port P (NetDAM
+/// detached), and the count of datagrams it received, as it goes up.
+fn start_userspace(tb: &Testbed) -> Result<(Held<()>, Arc<AtomicU64>)> {
+    Held::start(
+        &tb.hosts[0].netns,
+        || {
             let node = UdpNode::start(host_ip(0), DEFAULT_PORT, MEM)?;
-            let _ = ready_tx.send(node.received());
-            while !flag.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            Ok((node.received(), node))
+        },
+        |node| {
+            drop(node);
             Ok(())
-        });
-        let received = ready
-            .recv()
-            .map_err(|_| anyhow!("the userspace server did not start"))?;
-        Ok(Userspace { received, stop, thread })
-    }
-
-    fn finish(self) -> Result<()> {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread
-            .join()
-            .map_err(|_| anyhow!("the userspace server panicked"))?
-    }
+        },
+    )
 }
 
 fn enter(netns: &str) -> Result<()> {

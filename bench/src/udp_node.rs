@@ -229,12 +229,7 @@ fn handle(b: &mut [u8], from: SocketAddrV4, mem: &Memory, generation: u32) -> Op
     let pay = HDR_LEN + h.sr_len as usize;
     let len = h.len() as usize;
     b.get(pay..pay + len)?;
-    let answer = |b: &mut [u8], status: Status, n: usize, to: SocketAddrV4| {
-        let mut r = h;
-        r.make_response(status, n as u16);
-        b[..HDR_LEN].copy_from_slice(&r.to_bytes());
-        Some((pay + n, to))
-    };
+    let answer = |b: &mut [u8], status: Status, n: usize, to: SocketAddrV4| respond(b, &h, pay, status, n, to);
     match Opcode::from_u8(h.opcode)? {
         Opcode::Nop => answer(b, Status::Ok, 0, from),
         Opcode::Read => {
@@ -265,6 +260,22 @@ fn handle(b: &mut [u8], from: SocketAddrV4, mem: &Memory, generation: u32) -> Op
     }
 }
 
+/// Turns the request `h` in `b` into its response with `n` payload bytes,
+/// for `to`: what `serve` sends.
+fn respond(
+    b: &mut [u8],
+    h: &NetdamHdr,
+    pay: usize,
+    status: Status,
+    n: usize,
+    to: SocketAddrV4,
+) -> Option<(usize, SocketAddrV4)> {
+    let mut r = *h;
+    r.make_response(status, n as u16);
+    b[..HDR_LEN].copy_from_slice(&r.to_bytes());
+    Some((pay + n, to))
+}
+
 /// The CHAIN hop at this node, then the forward or the answer to the origin.
 fn hop(
     b: &mut [u8],
@@ -279,12 +290,7 @@ fn hop(
     let here = seg(b, sr.idx)?;
     let op = HopOp::from_u8(here.op)?;
     let origin = SocketAddrV4::new(sr.origin_ip().into(), sr.origin_port());
-    let answer = |b: &mut [u8], status: Status, n: usize| {
-        let mut r = *h;
-        r.make_response(status, n as u16);
-        b[..HDR_LEN].copy_from_slice(&r.to_bytes());
-        Some((pay + n, origin))
-    };
+    let answer = |b: &mut [u8], status: Status, n: usize| respond(b, h, pay, status, n, origin);
     if op != HopOp::Nop && h.tag() != generation {
         let status = if h.tag() > generation {
             Status::NotReady

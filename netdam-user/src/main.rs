@@ -337,14 +337,31 @@ struct AtomicArgs {
     expected: Option<u64>,
 }
 
+/// A node served on this host, by its interface or its pin directory.
 #[derive(Args)]
-struct StatsArgs {
+struct LocalArgs {
     /// Interface of the node (its default pin directory).
     #[arg(long, required_unless_present = "pin_dir")]
     iface: Option<String>,
     /// The node's pin directory.
     #[arg(long)]
     pin_dir: Option<PathBuf>,
+}
+
+impl LocalArgs {
+    fn dir(&self) -> PathBuf {
+        match (&self.pin_dir, &self.iface) {
+            (Some(d), _) => d.clone(),
+            (None, Some(i)) => pins::default_dir(i),
+            (None, None) => unreachable!("clap requires --iface unless --pin-dir is given"),
+        }
+    }
+}
+
+#[derive(Args)]
+struct StatsArgs {
+    #[command(flatten)]
+    local: LocalArgs,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -352,12 +369,8 @@ struct StatsArgs {
 
 #[derive(Args)]
 struct ReadyArgs {
-    /// Interface of the node (its default pin directory).
-    #[arg(long, required_unless_present = "pin_dir")]
-    iface: Option<String>,
-    /// The node's pin directory.
-    #[arg(long)]
-    pin_dir: Option<PathBuf>,
+    #[command(flatten)]
+    local: LocalArgs,
     /// Key of the region (hex or decimal).
     #[arg(long, value_parser = parse_rkey)]
     rkey: u32,
@@ -378,12 +391,8 @@ struct AllreduceArgs {
     /// The members' IPv4 addresses in group order (2 to 8), e.g. 198.18.0.1,198.18.0.2,198.18.0.3.
     #[arg(long, value_parser = parse_group)]
     group: std::vec::Vec<Ipv4Addr>,
-    /// Interface of this member's node (its default pin directory).
-    #[arg(long, required_unless_present = "pin_dir")]
-    iface: Option<String>,
-    /// This member's node's pin directory.
-    #[arg(long)]
-    pin_dir: Option<PathBuf>,
+    #[command(flatten)]
+    local: LocalArgs,
     /// Key of the region the input, output and sync area lie in (hex or decimal).
     #[arg(long, value_parser = parse_rkey)]
     rkey: u32,
@@ -530,7 +539,7 @@ async fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Stats(a) => {
-            let dir = stats_dir(a.pin_dir, a.iface.as_deref())?;
+            let dir = a.local.dir();
             let stats =
                 Stats::read_pinned(&dir).with_context(|| format!("reading the counters in {}", dir.display()))?;
             if a.json {
@@ -541,7 +550,7 @@ async fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Ready(a) => {
-            let dir = stats_dir(a.pin_dir, a.iface.as_deref())?;
+            let dir = a.local.dir();
             let mut node =
                 LocalNode::open(&dir).with_context(|| format!("opening the node pinned in {}", dir.display()))?;
             let old = node.generation(a.rkey)?;
@@ -607,14 +616,6 @@ impl Drop for SysctlGuard {
                 log::warn!("restoring {}: {e}", path.display());
             }
         }
-    }
-}
-
-fn stats_dir(pin_dir: Option<PathBuf>, iface: Option<&str>) -> Result<PathBuf> {
-    match (pin_dir, iface) {
-        (Some(d), _) => Ok(d),
-        (None, Some(i)) => Ok(pins::default_dir(i)),
-        (None, None) => bail!("give --iface IF or --pin-dir DIR"),
     }
 }
 
@@ -951,7 +952,7 @@ async fn demo(nodes: usize, prefix: &str) -> Result<()> {
 }
 
 fn allreduce(a: AllreduceArgs) -> Result<()> {
-    let dir = stats_dir(a.pin_dir.clone(), a.iface.as_deref())?;
+    let dir = a.local.dir();
     let node = LocalNode::open(&dir).with_context(|| format!("opening the node pinned in {}", dir.display()))?;
     let mtu = a.mtu.unwrap_or(node.config.mtu);
     let width = a.dtype.width() as u64;

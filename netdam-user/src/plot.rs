@@ -31,18 +31,7 @@ pub fn svg(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> Stri
         * 1.1;
     let px = |x: f64| LEFT + (x.log2() - x0) / (x1 - x0) * (W - LEFT - RIGHT);
     let py = |y: f64| H - BOTTOM - y / y1 * (H - TOP - BOTTOM);
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(s, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="22" text-anchor="middle" font-size="15">{}</text>"#,
-        W / 2.0,
-        esc(title)
-    );
+    let mut s = open(H, title);
     let (bx, by) = (LEFT, H - BOTTOM);
     let _ = writeln!(
         s,
@@ -125,18 +114,7 @@ pub fn bars(title: &str, top: &[(&str, f64)], bottom: &[(&str, f64)]) -> String 
     const ROW: f64 = 26.0;
     let rows = (top.len() + bottom.len()) as f64;
     let h = TOP + ROW * rows + 30.0 + BOTTOM;
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" font-family="sans-serif" font-size="12">"#
-    );
-    let _ = writeln!(s, r#"<rect width="{W}" height="{h}" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="22" text-anchor="middle" font-size="15">{}</text>"#,
-        W / 2.0,
-        esc(title)
-    );
+    let mut s = open(h, title);
     let mut y = TOP;
     for (k, group) in [top, bottom].into_iter().enumerate() {
         let max = group.iter().map(|b| b.1).fold(0.0, f64::max).max(f64::MIN_POSITIVE);
@@ -161,6 +139,23 @@ pub fn bars(title: &str, top: &[(&str, f64)], bottom: &[(&str, f64)]) -> String 
         y += 30.0;
     }
     s.push_str("</svg>\n");
+    s
+}
+
+/// An SVG document `h` high with a white background and `title` on top.
+fn open(h: f64, title: &str) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(s, r#"<rect width="{W}" height="{h}" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="22" text-anchor="middle" font-size="15">{}</text>"#,
+        W / 2.0,
+        esc(title)
+    );
     s
 }
 

@@ -123,6 +123,21 @@ pub enum ControllerError {
     Ebpf(Box<aya::EbpfError>),
 }
 
+/// The object's XDP program `name`.
+fn xdp<'a>(ebpf: &'a mut Ebpf, name: &str) -> &'a mut Xdp {
+    ebpf.program_mut(name)
+        .unwrap_or_else(|| panic!("the object has the {name} program"))
+        .try_into()
+        .unwrap_or_else(|_| panic!("{name} is an XDP program"))
+}
+
+/// Loads the object's XDP program `name` into the kernel.
+fn load_xdp<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut Xdp, ControllerError> {
+    let prog = xdp(ebpf, name);
+    prog.load().map_err(load_error)?;
+    Ok(prog)
+}
+
 /// Pins the injector and its job map in `dir`, replacing those of an earlier load.
 fn pin_injector(ebpf: &mut Ebpf, dir: &Path) -> Result<(), ControllerError> {
     for name in INJECTOR_PINS {
@@ -134,12 +149,7 @@ fn pin_injector(ebpf: &mut Ebpf, dir: &Path) -> Result<(), ControllerError> {
     let pin_err = |what: &str, e: String| {
         ControllerError::Io(format!("pinning {what} in {}", dir.display()), std::io::Error::other(e))
     };
-    let inject: &mut Xdp = ebpf
-        .program_mut(INJECT_PROGRAM)
-        .expect("netdam_inject")
-        .try_into()
-        .expect("XDP");
-    inject
+    xdp(ebpf, INJECT_PROGRAM)
         .pin(dir.join(INJECT_PROGRAM))
         .map_err(|e| pin_err(INJECT_PROGRAM, e.to_string()))?;
     ebpf.map_mut(MAP_INJECT)
@@ -267,12 +277,7 @@ impl Node {
                 None
             }
         };
-        let chain: &mut Xdp = ebpf
-            .program_mut(CHAIN_PROGRAM)
-            .expect("the object has the netdam_chain program")
-            .try_into()
-            .expect("netdam_chain is an XDP program");
-        chain.load().map_err(load_error)?;
+        let chain = load_xdp(&mut ebpf, CHAIN_PROGRAM)?;
         let chain_fd = chain
             .fd()
             .expect("loaded")
@@ -282,18 +287,8 @@ impl Node {
             .map_err(|e| ControllerError::Map(MAP_JUMP, e))?;
         jump.set(0, &chain_fd, 0)
             .map_err(|e| ControllerError::Map(MAP_JUMP, e))?;
-        let prog: &mut Xdp = ebpf
-            .program_mut(PROGRAM)
-            .expect("the object has the netdam program")
-            .try_into()
-            .expect("netdam is an XDP program");
-        prog.load().map_err(load_error)?;
-        let inject: &mut Xdp = ebpf
-            .program_mut(INJECT_PROGRAM)
-            .expect("the object has the netdam_inject program")
-            .try_into()
-            .expect("netdam_inject is an XDP program");
-        inject.load().map_err(load_error)?;
+        load_xdp(&mut ebpf, PROGRAM)?;
+        load_xdp(&mut ebpf, INJECT_PROGRAM)?;
         if let Some(dir) = pin_dir {
             pin_injector(&mut ebpf, dir)?;
         }
@@ -385,12 +380,7 @@ impl Node {
 
     /// Attaches to `iface`; returns the mode that took.
     pub fn attach(&mut self, iface: &str, mode: AttachMode) -> Result<&'static str, ControllerError> {
-        let prog: &mut Xdp = self
-            .ebpf
-            .program_mut(PROGRAM)
-            .expect("program")
-            .try_into()
-            .expect("xdp");
+        let prog = xdp(&mut self.ebpf, PROGRAM);
         let attempt = |prog: &mut Xdp, m: XdpMode, name: &'static str, hint: &'static str| {
             prog.attach(iface, m).map_err(|source| ControllerError::Attach {
                 source: Box::new(source),
@@ -419,18 +409,14 @@ impl Node {
     /// Detaches from the interface, if attached.
     pub fn detach(&mut self) -> Result<(), ControllerError> {
         if let Some((iface, link)) = self.attached.take() {
-            let prog: &mut Xdp = self
-                .ebpf
-                .program_mut(PROGRAM)
-                .expect("program")
-                .try_into()
-                .expect("xdp");
-            prog.detach(link).map_err(|source| ControllerError::Attach {
-                iface,
-                mode: "detach",
-                hint: "",
-                source: Box::new(source),
-            })?;
+            xdp(&mut self.ebpf, PROGRAM)
+                .detach(link)
+                .map_err(|source| ControllerError::Attach {
+                    iface,
+                    mode: "detach",
+                    hint: "",
+                    source: Box::new(source),
+                })?;
         }
         Ok(())
     }
