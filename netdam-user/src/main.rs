@@ -471,11 +471,25 @@ fn main() -> ExitCode {
     match rt.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_chain(&e));
             let code = e.downcast_ref::<ClientError>().map_or(1, ClientError::exit_code);
             ExitCode::from(code as u8)
         }
     }
+}
+
+/// The error and its causes, joined by ": ", leaving out a cause whose
+/// text the message already shows (errors that print their source too).
+fn error_chain(e: &anyhow::Error) -> String {
+    let mut out = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !out.contains(&c) {
+            out.push_str(": ");
+            out.push_str(&c);
+        }
+    }
+    out
 }
 
 async fn run(cli: Cli) -> Result<()> {
@@ -952,6 +966,12 @@ async fn demo(nodes: usize, prefix: &str) -> Result<()> {
 }
 
 fn allreduce(a: AllreduceArgs) -> Result<()> {
+    if a.dtype == Dtype::F32 && a.op.is_bitwise() {
+        bail!(
+            "--op {} is bitwise: it is defined for integer dtypes only; use sum, min or max with f32",
+            table::redop(a.op)
+        );
+    }
     let dir = a.local.dir();
     let node = LocalNode::open(&dir).with_context(|| format!("opening the node pinned in {}", dir.display()))?;
     let mtu = a.mtu.unwrap_or(node.config.mtu);
@@ -971,12 +991,6 @@ fn allreduce(a: AllreduceArgs) -> Result<()> {
         dtype: a.dtype,
         alu: a.op,
     };
-    if a.dtype == Dtype::F32 && a.op.is_bitwise() {
-        bail!(
-            "--op {} is bitwise: it is defined for integer dtypes only, not f32",
-            table::redop(a.op)
-        );
-    }
     let cfg = CollectiveConfig {
         mtu,
         window: a.window.map_or(0, usize::from),

@@ -17,7 +17,7 @@ use netdam_tests::{
 use netdam_user::{
     collective::{inputs::member_input, Allreduce, CollectiveConfig},
     controller::LocalNode,
-    testbed::Chaos,
+    testbed::{Chaos, Testbed},
 };
 
 /// Where every member keeps its input and output (the sync area is at 0).
@@ -291,4 +291,62 @@ fn the_sweep_prints_the_nccl_table_and_writes_json_and_svg() {
         !std::path::Path::new(&format!("/run/netns/{prefix}sw")).exists(),
         "the sweep tore its testbed down"
     );
+}
+
+#[test]
+fn allreduce_refuses_bad_groups_and_layouts_and_names_a_refused_step() {
+    require_root();
+    let tb = Testbed::up(&unique_prefix(), 2, 1500).expect("testbed up");
+    // READ and WRITE but no ATOMIC: chunks run, the sync step is refused.
+    let args: Vec<String> = ["--mem-size", "1MiB", "--region", "0x77:0:1MiB:rw", "--mode", "native"]
+        .map(String::from)
+        .to_vec();
+    let _served: Vec<_> = (0..2)
+        .map(|i| tb.serve(i, &netdam_bin(), &args).expect("serve"))
+        .collect();
+    let ips: Vec<String> = tb.hosts.iter().map(|h| h.ip.to_string()).collect();
+    let run = |host: usize, group: &str, extra: &[&str]| {
+        let pin = tb.hosts[host].pin_dir.to_str().unwrap().to_string();
+        let mut c = tb.command(host, netdam_bin()).unwrap();
+        c.args([
+            "allreduce",
+            "--group",
+            group,
+            "--pin-dir",
+            &pin,
+            "--rkey",
+            "0x77",
+            "--count",
+            "100",
+        ])
+        .args(["--timeout-ms", "50", "--retries", "2", "--patience", "3"])
+        .args(extra);
+        c
+    };
+    let fails_with = |mut c: std::process::Command, text: &str| {
+        let out = c.output().expect("run netdam allreduce");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(text), "want {text:?} in: {err}");
+    };
+    fails_with(run(0, &ips[0], &[]), "a group has 2 to 8 members, not 1");
+    fails_with(run(0, "198.18.0.7,198.18.0.8", &[]), "is not in the group");
+    fails_with(run(0, &ips.join(","), &["--output-addr", "4200"]), "overlaps the output");
+    // Both members run; each raises its slot at the other with ACCUMULATE,
+    // which the region does not permit.
+    let both = ips.join(",");
+    let mut members: Vec<std::process::Child> = (0..2)
+        .map(|i| {
+            let mut c = run(i, &both, &[]);
+            c.stderr(std::process::Stdio::piped());
+            c.spawn().expect("start netdam allreduce")
+        })
+        .collect();
+    for m in members.drain(..) {
+        let out = m.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("refused by") && err.contains("FORBIDDEN"),
+            "the refused sync step is named with its status: {err}"
+        );
+    }
 }
