@@ -56,6 +56,13 @@ pub enum Event {
     ChainForwarded,
     /// A CHAIN answer to an origin on this very host, handed to its stack.
     PassLocalAnswer,
+    /// An MSG larger than a UMEM frame (`split::UMEM_FRAME_MAX`): dropped, not truncated.
+    DropTooLargeForUmem,
+    /// A datagram to a split port, split and handed to the AF_XDP socket.
+    Split,
+    /// A datagram to a split port passed untouched: no AF_XDP socket on its
+    /// queue, no ring, or the kept part too large for a UMEM frame.
+    PassSplitUnserved,
 }
 
 impl Event {
@@ -76,16 +83,21 @@ impl Event {
         Event::DropNoRoute,
         Event::ChainForwarded,
         Event::PassLocalAnswer,
+        Event::DropTooLargeForUmem,
+        Event::Split,
+        Event::PassSplitUnserved,
     ];
+    /// The event with the highest counter index.
+    const LAST: Event = Event::PassSplitUnserved;
 
     /// The event with counter index `v`.
     #[inline(always)]
     pub const fn from_u32(v: u32) -> Option<Event> {
-        if v < Event::DropTruncated as u32 || v > Event::PassLocalAnswer as u32 {
+        if v < Event::DropTruncated as u32 || v > Event::LAST as u32 {
             return None;
         }
         // SAFETY: the discriminants are contiguous from DropTruncated to
-        // PassLocalAnswer (asserted below); no table lookup, which the
+        // LAST (asserted below); no table lookup, which the
         // verifier could not bound.
         Some(unsafe { core::mem::transmute::<u32, Event>(v) })
     }
@@ -108,6 +120,9 @@ impl Event {
             Event::DropNoRoute => "drop_no_route",
             Event::ChainForwarded => "chain_forwarded",
             Event::PassLocalAnswer => "pass_local_answer",
+            Event::DropTooLargeForUmem => "drop_too_large_for_umem",
+            Event::Split => "split",
+            Event::PassSplitUnserved => "pass_split_unserved",
         }
     }
 }
@@ -118,12 +133,12 @@ const _: () = {
         assert!(Event::ALL[i] as u32 == Event::DropTruncated as u32 + i as u32);
         i += 1;
     }
-    assert!(Event::ALL[Event::ALL.len() - 1] as u32 == Event::PassLocalAnswer as u32);
+    assert!(Event::ALL[Event::ALL.len() - 1] as u32 == Event::LAST as u32);
 };
 
 /// Entries of the counter map.
 pub const COUNTER_SLOTS: u32 = 256;
-const _: () = assert!((Event::PassLocalAnswer as u32) < COUNTER_SLOTS);
+const _: () = assert!((Event::LAST as u32) < COUNTER_SLOTS);
 
 /// Name of the opcode that owns op-counter `slot` (0..OP_SLOTS).
 pub fn op_slot_name(slot: u32) -> &'static str {

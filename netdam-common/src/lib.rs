@@ -12,6 +12,7 @@ pub mod config;
 pub mod counters;
 pub mod inject;
 pub mod region;
+pub mod split;
 pub mod validate;
 pub mod window;
 pub mod wire;

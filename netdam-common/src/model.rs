@@ -18,6 +18,7 @@ use crate::{
         SEGMENT_LEN, SR_FIXED_LEN,
     },
     counters::{op_status, Event},
+    split::UMEM_FRAME_MAX,
     validate::{answers, check_access, check_header, len_past_datagram, needs_window},
     window::{judge, state, tag, Slot, Verdict, SLOTS},
     wire::{flags, is_unanswerable_source, Alu, Dtype, ETH_P_IPV4, HDR_LEN, IPPROTO_UDP, MAGIC},
@@ -30,12 +31,15 @@ pub enum Action {
     Pass,
     Drop,
     Tx,
+    /// Handed to the node's AF_XDP socket (MSG, WRITE_NOTIFY).
+    Redirect,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Outcome {
     pub action: Action,
-    /// The frame after the node: the answer for Tx, the input for Pass.
+    /// The frame after the node: the answer for Tx, the input for Pass, the
+    /// frame handed over for Redirect.
     pub frame: Vec<u8>,
     /// The counter slots bumped.
     pub counters: Vec<u32>,
@@ -61,6 +65,9 @@ pub struct ModelNode {
     pub generations: HashMap<u32, u32>,
     /// Next-hop MACs by IPv4 address: the node's FIB and neighbour table.
     pub neighbours: HashMap<Ipv4Addr, [u8; 6]>,
+    /// An AF_XDP socket serves the frame's receive queue (MSG and
+    /// WRITE_NOTIFY are NO_RECEIVER otherwise).
+    pub receiver: bool,
 }
 
 /// Addresses of a frame the node sends.
@@ -109,6 +116,7 @@ impl ModelNode {
             windows: HashMap::new(),
             generations: HashMap::new(),
             neighbours: HashMap::new(),
+            receiver: false,
         }
     }
 
@@ -192,8 +200,11 @@ impl ModelNode {
             Ok(r) => r,
             Err(s) => (s, None),
         };
-        counters.push(op_status(h.opcode, status));
         let op = Opcode::from_u8(h.opcode);
+        if status == Status::Ok && matches!(op, Some(Opcode::Msg | Opcode::WriteNotify)) {
+            return Self::hand_over(f, l4, op == Some(Opcode::Msg), counters, h.opcode);
+        }
+        counters.push(op_status(h.opcode, status));
         let answer = match op {
             Some(op) => answers(op, h.flags, status),
             None => true,
@@ -224,11 +235,14 @@ impl ModelNode {
         counters: &mut Vec<u32>,
     ) -> Result<(Status, Option<Vec<u8>>), Status> {
         let c = check_header(h, self.mtu, avail)?;
-        if matches!(c.op, Opcode::Msg | Opcode::WriteNotify | Opcode::Chain) {
+        if c.op == Opcode::Chain {
             return Err(Status::BadOpcode);
         }
         let region = self.regions.iter().find(|(k, _)| *k == h.rkey()).map(|(_, r)| r);
         check_access(region, &c, h.addr())?;
+        if matches!(c.op, Opcode::Msg | Opcode::WriteNotify) && !self.receiver {
+            return Err(Status::NoReceiver);
+        }
         if needs_window(&c) {
             let slot = self.claim(source, h.seq(), c.op == Opcode::Accumulate, counters)?;
             if let Some(old) = slot {
@@ -519,10 +533,11 @@ impl ModelNode {
         let operand = |i: usize| u64::from_le_bytes(payload[i * 8..i * 8 + 8].try_into().unwrap());
         match c.op {
             Opcode::Nop => None,
-            Opcode::Write => {
+            Opcode::Write | Opcode::WriteNotify => {
                 self.mem[a..a + n].copy_from_slice(payload);
                 None
             }
+            Opcode::Msg => None,
             Opcode::Read => Some(self.mem[a..a + n].to_vec()),
             Opcode::Reduce => {
                 let (d, alu) = c.vector.expect("vector op");
@@ -545,7 +560,29 @@ impl ModelNode {
                 self.mem[a..a + 8].copy_from_slice(&new.to_le_bytes());
                 Some(old.to_le_bytes().to_vec())
             }
-            Opcode::Msg | Opcode::WriteNotify | Opcode::Chain => unreachable!("gated above"),
+            Opcode::Chain => unreachable!("gated above"),
+        }
+    }
+
+    /// An executed MSG or WRITE_NOTIFY handed to the AF_XDP socket: the
+    /// frame from its IPv4 header on, cut after the NetDAM header for
+    /// WRITE_NOTIFY (section 3). An MSG too large for a UMEM frame is
+    /// dropped and counted instead (it was not executed: MSG changes nothing).
+    fn hand_over(f: &[u8], l4: usize, msg: bool, mut counters: Vec<u32>, opcode: u8) -> Outcome {
+        let frame = if msg { &f[14..] } else { &f[14..l4 + 8 + HDR_LEN] };
+        if frame.len() > UMEM_FRAME_MAX as usize {
+            counters.push(Event::DropTooLargeForUmem as u32);
+            return Outcome {
+                action: Action::Drop,
+                frame: f.to_vec(),
+                counters,
+            };
+        }
+        counters.push(op_status(opcode, Status::Ok));
+        Outcome {
+            action: Action::Redirect,
+            frame: frame.to_vec(),
+            counters,
         }
     }
 

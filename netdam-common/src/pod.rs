@@ -21,3 +21,6 @@ unsafe impl aya::Pod for Held {}
 
 // SAFETY: repr(C) integers and byte arrays with explicit padding, as above.
 unsafe impl aya::Pod for crate::inject::InjectJob {}
+
+// SAFETY: repr(C) integers without holes.
+unsafe impl aya::Pod for crate::split::SplitRing {}

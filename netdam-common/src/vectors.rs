@@ -42,6 +42,10 @@ pub struct NodeCfg {
     pub neighbours: Vec<NeighbourCfg>,
     /// Readiness generations by rkey (absent: 0).
     pub generations: Vec<GenerationCfg>,
+    /// An AF_XDP socket is bound to the node's receive queue 0 (MSG and
+    /// WRITE_NOTIFY are handed over; NO_RECEIVER otherwise).
+    #[serde(default, skip_serializing_if = "core::ops::Not::not")]
+    pub receiver: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,9 +70,10 @@ pub struct Segment {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Step {
     pub input: String,
-    /// "tx", "pass" or "drop".
+    /// "tx", "pass", "drop" or "redirect" (to the AF_XDP socket).
     pub verdict: String,
-    /// The answer for tx, the untouched input for pass, empty for drop.
+    /// The answer for tx, the untouched input for pass, empty for drop, the
+    /// frame handed over for redirect.
     pub output: String,
 }
 
@@ -141,6 +146,7 @@ impl NodeCfg {
         );
         m.neighbours = self.neighbours().into_iter().collect();
         m.generations = self.generations.iter().map(|g| (g.rkey, g.generation)).collect();
+        m.receiver = self.receiver;
         m
     }
 }
@@ -187,6 +193,7 @@ pub fn default_node() -> NodeCfg {
             })
             .collect(),
         generations: vec![],
+        receiver: false,
     }
 }
 
@@ -263,6 +270,7 @@ impl Gen {
                     Action::Tx => "tx",
                     Action::Pass => "pass",
                     Action::Drop => "drop",
+                    Action::Redirect => "redirect",
                 };
                 let output = if o.action == Action::Drop {
                     String::new()
@@ -616,6 +624,115 @@ fn chain_vectors(g: &mut Gen) {
         vec![f.clone(), f],
         &watch,
     );
+}
+
+/// MSG and WRITE_NOTIFY (section 3): handed to the AF_XDP socket of a node
+/// that has one, NO_RECEIVER on a node that has none. An MSG names a region
+/// with the MSG permission; its empty range must lie inside it.
+fn handover_vectors(g: &mut Gen) {
+    let n = default_node();
+    let served = NodeCfg {
+        receiver: true,
+        ..default_node()
+    };
+    let msg = g.bytes(100);
+    let data = g.bytes(64);
+    let addr = RW_BASE + 0x100;
+    let watch = [(addr - 8, 80)];
+    let f = g.frame(&req(Opcode::Msg, RKEY_RW, RW_BASE, 100), &msg);
+    g.case(
+        "msg_delivered",
+        "§3: MSG is handed to the AF_XDP socket without its Ethernet header",
+        &served,
+        &[],
+        vec![f],
+        &[],
+    );
+    let f = g.frame(&acked(req(Opcode::Msg, RKEY_RW, RW_BASE, 100)), &msg);
+    g.case(
+        "msg_ack_req_delivered",
+        "§3: MSG with ACK_REQ is still handed over (the receiver answers)",
+        &served,
+        &[],
+        vec![f],
+        &[],
+    );
+    let f = g.frame(&req(Opcode::Msg, RKEY_RW, RW_BASE, 100), &msg);
+    g.case(
+        "msg_no_receiver",
+        "§3: MSG to a node without an AF_XDP socket is NO_RECEIVER",
+        &n,
+        &[],
+        vec![f],
+        &[],
+    );
+    let f = g.frame(&req(Opcode::Msg, RKEY_RO, RO_BASE, 100), &msg);
+    g.case(
+        "msg_forbidden",
+        "§3: MSG needs the MSG permission (FORBIDDEN before NO_RECEIVER)",
+        &served,
+        &[],
+        vec![f],
+        &[],
+    );
+    let f = g.frame(&req(Opcode::Msg, RKEY_RW, RW_BASE, 0), &[]);
+    g.case(
+        "msg_empty",
+        "§3: len 0 is valid only for NOP, READ and WRITE (BAD_LENGTH)",
+        &served,
+        &[],
+        vec![f],
+        &[],
+    );
+    let f = g.frame(&req(Opcode::WriteNotify, RKEY_RW, addr, 64), &data);
+    g.case(
+        "write_notify_delivered",
+        "§3: WRITE_NOTIFY writes, then hands over only the IPv4, UDP and NetDAM headers",
+        &served,
+        &[],
+        vec![f],
+        &watch,
+    );
+    let f = g.frame(&acked(req(Opcode::WriteNotify, RKEY_RW, addr, 64)), &data);
+    g.case(
+        "write_notify_ack_req_silent",
+        "§3: WRITE_NOTIFY answers only when status is not OK, even with ACK_REQ",
+        &served,
+        &[],
+        vec![f],
+        &watch,
+    );
+    let f = g.frame(&req(Opcode::WriteNotify, RKEY_RW, addr, 64), &data);
+    g.case(
+        "write_notify_no_receiver",
+        "§5: a WRITE_NOTIFY that is NO_RECEIVER writes nothing",
+        &n,
+        &[],
+        vec![f],
+        &watch,
+    );
+    let f = g.frame(&req(Opcode::WriteNotify, RKEY_RW, end_of_rw() - 32, 64), &data);
+    g.case(
+        "write_notify_out_of_bounds",
+        "§3: WRITE_NOTIFY is bounds-checked like WRITE, and writes nothing",
+        &served,
+        &[],
+        vec![f],
+        &[(end_of_rw() - 40, 40)],
+    );
+    let f = g.frame(&req(Opcode::WriteNotify, RKEY_RO, RO_BASE, 64), &data);
+    g.case(
+        "write_notify_forbidden",
+        "§3: WRITE_NOTIFY needs WRITE",
+        &served,
+        &[],
+        vec![f],
+        &[(RO_BASE, 64)],
+    );
+}
+
+fn end_of_rw() -> u64 {
+    RW_BASE + RW_SIZE
 }
 
 fn req(op: Opcode, rkey: u32, addr: u64, len: u16) -> NetdamHdr {
@@ -1256,6 +1373,7 @@ pub fn generate() -> Vec<Vector> {
         &[],
     );
     chain_vectors(&mut g);
+    handover_vectors(&mut g);
     g.vectors
 }
 
@@ -1296,9 +1414,15 @@ run all vectors of one node configuration on one node in any order, resetting
 memory between them. No vector depends on a choice PROTOCOL.md leaves free
 (which window an LRU evicts, timing, concurrency).
 
-Not covered yet (and why): NOT_READY (only under compare-and-swap contention
-or CHAIN readiness, neither deterministic nor executed yet), NO_RECEIVER, MSG,
-WRITE_NOTIFY and CHAIN (not executed yet: their issues add them), header split.
+A node with `receiver` has an AF_XDP socket bound to its receive queue 0:
+MSG and WRITE_NOTIFY are handed to it (verdict redirect, output the frame as
+the socket receives it).
+
+Not covered yet (and why): NOT_READY under compare-and-swap contention (not
+deterministic); an MSG larger than a UMEM frame (needs a jumbo frame, which
+BPF_PROG_TEST_RUN splits into fragments); header split (section 9: it takes
+a slot of a ring in NetDAM memory whose position is state outside the
+vector format; tested on the testbed, `tests/afxdp.rs`).
 
 ## Rules and the vectors that check them
 

@@ -293,6 +293,16 @@ pub fn ipv4_header_checksum(h: &[u8; 20]) -> u16 {
     !(sum as u16)
 }
 
+/// An Internet checksum after one 16-bit field of the summed data changed
+/// from `old` to `new` (RFC 1624, eqn. 3).
+#[inline(always)]
+pub const fn checksum_update16(check: u16, old: u16, new: u16) -> u16 {
+    let mut sum = (!check) as u32 + (!old) as u32 + new as u32;
+    sum = (sum & 0xFFFF) + (sum >> 16);
+    sum = (sum & 0xFFFF) + (sum >> 16);
+    !(sum as u16)
+}
+
 /// A source a node never answers (section 1): 0.0.0.0/8, 127.0.0.0/8,
 /// multicast, limited broadcast. `ip` in host order.
 #[inline(always)]
@@ -304,6 +314,23 @@ pub const fn is_unanswerable_source(ip: u32) -> bool {
 #[cfg(test)]
 mod carrier_tests {
     use super::*;
+
+    #[test]
+    fn checksum_update_matches_a_full_recompute() {
+        let mut h: [u8; 20] = [
+            0x45, 0, 0x05, 0xDC, 0, 0, 0x40, 0, 64, 17, 0, 0, 198, 18, 0, 2, 198, 18, 0, 1,
+        ];
+        for new_len in [20u16, 61, 0x05DB, 0xFFFF, 1500] {
+            let old = u16::from_be_bytes([h[2], h[3]]);
+            let start = ipv4_header_checksum(&h);
+            h[2..4].copy_from_slice(&new_len.to_be_bytes());
+            assert_eq!(
+                checksum_update16(start, old, new_len),
+                ipv4_header_checksum(&h),
+                "len {new_len}"
+            );
+        }
+    }
 
     #[test]
     fn ipv4_checksum_of_known_header() {

@@ -11,7 +11,27 @@ use netdam_common::{
 };
 use network_types::{eth::EthHdr, ip::Ipv4Hdr, udp::UdpHdr};
 
-use crate::{maps::PEERS, Verdict};
+use crate::{
+    maps::{PEERS, SPLIT_PORTS_MAP},
+    Verdict,
+};
+
+/// What the parser found for the data path to act on.
+pub enum Carried {
+    Request(Request),
+    /// A datagram to a port the controller split (section 9).
+    Split(SplitDatagram),
+}
+
+/// A whole UDP datagram to this node on a split port.
+pub struct SplitDatagram {
+    pub ip: Ipv4Hdr,
+    /// Offset of the UDP header in the frame.
+    pub l4: u32,
+    pub udp_len: u32,
+    /// Payload bytes to keep in the frame.
+    pub keep: u32,
+}
 
 /// A NetDAM request addressed to this node, with its headers copied out.
 pub struct Request {
@@ -56,10 +76,10 @@ fn load_or_pass<T: Copy>(ctx: &XdpContext, off: u32) -> Result<T, Verdict> {
 }
 
 /// Parses the carrier and the NetDAM header. `Err(Pass)` for every frame that
-/// is not a NetDAM request to this node; `Err(Drop(..))` for the ones
-/// section 1 and 5 say to drop and count.
+/// is neither a NetDAM request to this node nor a datagram to split;
+/// `Err(Drop(..))` for the ones section 1 and 5 say to drop and count.
 #[inline(always)]
-pub fn try_parse(ctx: &XdpContext, cfg: &NodeConfig, frame_len: u32) -> Result<Request, Verdict> {
+pub fn try_parse(ctx: &XdpContext, cfg: &NodeConfig, frame_len: u32) -> Result<Carried, Verdict> {
     let eth: EthHdr = load_or_pass(ctx, 0)?;
     if eth.ether_type != ETH_P_IPV4.to_be() || eth.dst_addr != cfg.mac {
         return Err(Verdict::Pass);
@@ -79,15 +99,27 @@ pub fn try_parse(ctx: &XdpContext, cfg: &NodeConfig, frame_len: u32) -> Result<R
     }
     let l4 = EthHdr::LEN as u32 + ihl * 4;
     let udp: UdpHdr = load_or_pass(ctx, l4)?;
-    if u16::from_be_bytes(udp.dst) != cfg.port {
-        return Err(Verdict::Pass);
+    let udp_len = u16::from_be_bytes(udp.len) as u32;
+    let ip_len = u16::from_be_bytes(ip.tot_len) as u32;
+    let whole = udp_len >= UdpHdr::LEN as u32 && l4 + udp_len <= frame_len && udp_len + ihl * 4 <= ip_len;
+    let dst_port = u16::from_be_bytes(udp.dst);
+    if dst_port != cfg.port {
+        // SAFETY: a lookup in a hash map of plain values.
+        return match unsafe { SPLIT_PORTS_MAP.get(&(dst_port as u32)) } {
+            // Only whole, unfragmented datagrams are split; others pass untouched.
+            Some(keep) if whole && frag & 0x2000 == 0 => Ok(Carried::Split(SplitDatagram {
+                ip,
+                l4,
+                udp_len,
+                keep: *keep,
+            })),
+            _ => Err(Verdict::Pass),
+        };
     }
     if frag & 0x2000 != 0 {
         return Err(Verdict::Drop(Event::DropFragment));
     }
-    let udp_len = u16::from_be_bytes(udp.len) as u32;
-    let ip_len = u16::from_be_bytes(ip.tot_len) as u32;
-    if udp_len < UdpHdr::LEN as u32 || l4 + udp_len > frame_len || udp_len + ihl * 4 > ip_len {
+    if !whole {
         return Err(Verdict::Drop(Event::DropTruncated));
     }
     let src = u32::from_ne_bytes(ip.src_addr);
@@ -121,12 +153,12 @@ pub fn try_parse(ctx: &XdpContext, cfg: &NodeConfig, frame_len: u32) -> Result<R
     if len_past_datagram(&hdr, payload_avail) {
         return Err(Verdict::Drop(Event::DropLenPastDatagram));
     }
-    Ok(Request {
+    Ok(Carried::Request(Request {
         eth,
         ip,
         udp,
         hdr,
         payload_off: l4 + UdpHdr::LEN as u32 + headers,
         payload_avail,
-    })
+    }))
 }

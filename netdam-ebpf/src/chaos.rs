@@ -71,8 +71,8 @@ fn try_run(ctx: &TcContext) -> Result<i32, ()> {
     let r = xorshift(unsafe { &mut *state });
     // SAFETY: as above.
     let ifindex = unsafe { (*skb).ifindex };
-    // SAFETY: a lookup of this link's slot; only this link's egress path uses it.
-    let held = unsafe { HELD.get_ptr_mut(&ifindex) };
+    // A lookup of this link's slot; only this link's egress path uses it.
+    let held = HELD.get_ptr_mut(&ifindex);
     match cfg.fate(r) {
         Fate::Drop => {
             bump(stat::DROPPED);

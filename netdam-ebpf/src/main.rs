@@ -10,17 +10,18 @@ mod carrier;
 mod chain;
 mod chaos;
 mod checksum;
+mod handover;
 mod inject;
 mod maps;
 mod memory;
 mod ops;
 mod respond;
+mod split;
 mod vector;
 mod window;
 
 use aya_ebpf::{
     bindings::xdp_action,
-    helpers::generated::bpf_xdp_get_buff_len,
     macros::{classifier, xdp},
     programs::{TcContext, XdpContext},
 };
@@ -114,7 +115,10 @@ fn try_netdam(ctx: &XdpContext) -> Result<u32, Verdict> {
         // Not configured yet by the controller.
         return Err(Verdict::Pass);
     }
-    let req = carrier::try_parse(ctx, cfg, frame_len(ctx))?;
+    let req = match carrier::try_parse(ctx, cfg, frame_len(ctx))? {
+        carrier::Carried::Request(req) => req,
+        carrier::Carried::Split(d) => return split::run(ctx, &d),
+    };
     if req.hdr.opcode == Opcode::Chain as u8 && check_chain_preamble(&req.hdr).is_ok() {
         // SAFETY: slot 0 holds netdam_chain; the call does not return unless
         // the slot is empty, and then the request is BAD_OPCODE below.
@@ -123,11 +127,7 @@ fn try_netdam(ctx: &XdpContext) -> Result<u32, Verdict> {
     ops::run(ctx, cfg, &req)
 }
 
-#[inline(always)]
-fn frame_len(ctx: &XdpContext) -> u32 {
-    // SAFETY: a helper that only reads the frame's length.
-    unsafe { bpf_xdp_get_buff_len(ctx.ctx) as u32 }
-}
+use handover::frame_len;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -4,11 +4,12 @@
 use aya_ebpf::{
     bindings::BPF_F_MMAPABLE,
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, ProgramArray},
+    maps::{Array, HashMap, PerCpuArray, ProgramArray, XskMap},
 };
 use netdam_common::{
     config::{MAX_PAYLOAD, MEM_CHUNK, PEER_SLOTS, REGION_SLOTS},
     counters::{Event, COUNTER_SLOTS},
+    split::{SplitRing, SPLIT_PORTS},
     window::{SourceKey, Window},
     NodeConfig, Region,
 };
@@ -84,3 +85,16 @@ pub static BENCH_DROPPED: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0)
 /// The injector's job (`netdam_common::inject`), written by the collective engine.
 #[map(name = "NETDAM_INJECT")]
 pub static INJECT: Array<netdam_common::inject::InjectJob> = Array::with_max_entries(1, 0);
+
+/// The AF_XDP socket of each receive queue (MSG, WRITE_NOTIFY, header split);
+/// the host's `Endpoint` binds them.
+#[map(name = "NETDAM_XSKS")]
+pub static XSKS: XskMap = XskMap::with_max_entries(64, 0);
+
+/// UDP ports to split (section 9), host order -> bytes of payload kept.
+#[map(name = "NETDAM_SPLIT_PORTS")]
+pub static SPLIT_PORTS_MAP: HashMap<u32, u32> = HashMap::with_max_entries(SPLIT_PORTS, 0);
+
+/// Where split datagrams leave the rest of their payload.
+#[map(name = "NETDAM_SPLIT_RING")]
+pub static SPLIT_RING: Array<SplitRing> = Array::with_max_entries(1, 0);

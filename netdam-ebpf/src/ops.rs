@@ -12,6 +12,7 @@ use netdam_common::{
 use crate::{
     atomic::{cmpxchg64, fetch_add64, xchg64},
     carrier::Request,
+    handover,
     maps::{count, count_event, NETDAM_MEM, REGIONS},
     memory, respond,
     vector::{self, VectorFailed, VectorOp},
@@ -19,11 +20,11 @@ use crate::{
     Verdict,
 };
 
-/// Whether this data path executes the op; other code points are BAD_OPCODE.
-/// MSG and WRITE_NOTIFY (AF_XDP) and CHAIN (segment routing) come later.
+/// Whether this program executes the op: CHAIN that reaches here failed
+/// its preamble or found no chain program, and is BAD_OPCODE.
 #[inline(always)]
 fn executes(op: Opcode) -> bool {
-    !matches!(op, Opcode::Msg | Opcode::WriteNotify | Opcode::Chain)
+    op != Opcode::Chain
 }
 
 /// Validates and executes `req`, returning the XDP action. Every request
@@ -82,6 +83,9 @@ fn try_execute(ctx: &XdpContext, cfg: &NodeConfig, req: &Request) -> Result<u32,
     let region = unsafe { REGIONS.get(&h.rkey()) };
     let addr = h.addr();
     check_access(region, &checked, addr)?;
+    if matches!(checked.op, Opcode::Msg | Opcode::WriteNotify) {
+        handover::check_receiver(ctx)?;
+    }
     // The at-most-once window is the last check (section 5).
     let slot = if needs_window(&checked) {
         let source = SourceKey {
@@ -128,6 +132,11 @@ fn execute(ctx: &XdpContext, req: &Request, checked: &Checked, addr: u64) -> Res
         (Opcode::Write, _) => {
             memory::frame_to_mem(ctx, req.payload_off, addr, len).map_err(|_| copy_failed())?;
             Ok((done_unless_acked(ctx)?, 0))
+        }
+        (Opcode::Msg, _) => Ok((handover::message(ctx)?, 0)),
+        (Opcode::WriteNotify, _) => {
+            memory::frame_to_mem(ctx, req.payload_off, addr, len).map_err(|_| copy_failed())?;
+            Ok((handover::headers_only(ctx, req.payload_off)?, 0))
         }
         (Opcode::Read, _) => {
             respond::turn_around(ctx, req)?;

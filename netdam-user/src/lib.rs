@@ -1,7 +1,9 @@
 //! NetDAM on the host: the controller that loads and configures the XDP data
-//! path, the client library that talks to nodes, and the parsers the `netdam`
+//! path, the client library that talks to nodes, the AF_XDP endpoint that
+//! receives what the data path hands over, and the parsers the `netdam`
 //! command shares with them.
 
+pub mod afxdp;
 pub mod args;
 pub mod client;
 pub mod collective;

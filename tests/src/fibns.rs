@@ -93,6 +93,11 @@ impl FibNetns {
         ns
     }
 
+    /// Runs `f` inside the namespace (e.g. to bind an AF_XDP socket to `nd0`).
+    pub fn enter<T>(&self, f: impl FnOnce() -> T) -> T {
+        inside(&self.file, f)
+    }
+
     /// Runs one frame through the program as if it had arrived on `nd0`.
     pub fn run(&self, node: &Node, frame: &[u8]) -> Outcome {
         // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex.

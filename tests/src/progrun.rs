@@ -9,6 +9,7 @@ use netdam_user::{controller::NodeSpec, Node};
 pub const XDP_DROP: u32 = 1;
 pub const XDP_PASS: u32 = 2;
 pub const XDP_TX: u32 = 3;
+pub const XDP_REDIRECT: u32 = 4;
 
 /// The node the frames are addressed to.
 pub const NODE: Endpoint = Endpoint {

@@ -330,7 +330,10 @@ fn allreduce_refuses_bad_groups_and_layouts_and_names_a_refused_step() {
     };
     fails_with(run(0, &ips[0], &[]), "a group has 2 to 8 members, not 1");
     fails_with(run(0, "198.18.0.7,198.18.0.8", &[]), "is not in the group");
-    fails_with(run(0, &ips.join(","), &["--output-addr", "4200"]), "overlaps the output");
+    fails_with(
+        run(0, &ips.join(","), &["--output-addr", "4200"]),
+        "overlaps the output",
+    );
     // Both members run; each raises its slot at the other with ACCUMULATE,
     // which the region does not permit.
     let both = ips.join(",");

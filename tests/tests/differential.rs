@@ -268,6 +268,7 @@ fn model_and_xdp_program_agree_frame_by_frame() {
             XDP_PASS => Action::Pass,
             XDP_DROP => Action::Drop,
             XDP_TX => Action::Tx,
+            XDP_REDIRECT => Action::Redirect,
             other => fail(&format!("unexpected XDP action {other}")),
         };
         if action != want.action {
@@ -284,6 +285,7 @@ fn model_and_xdp_program_agree_frame_by_frame() {
                 Action::Pass => "pass",
                 Action::Drop => "drop",
                 Action::Tx => "tx",
+                Action::Redirect => "redirect",
             })
             .or_default() += 1;
         if i % 2_000 == 1_999 || i + 1 == frames {

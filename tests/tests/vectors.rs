@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use netdam_common::vectors::{from_jsonl, unhex, NodeCfg};
 use netdam_tests::{fibns::FibNetns, progrun::*, unique_prefix};
-use netdam_user::{Node, NodeSpec};
+use netdam_user::{afxdp::XskSocket, Node, NodeSpec};
 
 fn spec_of(c: &NodeCfg) -> NodeSpec {
     NodeSpec {
@@ -30,16 +30,24 @@ fn every_vector_matches_the_xdp_program() {
     // One node per configuration, in a namespace whose FIB holds the
     // configuration's neighbours; vectors use distinct client ports, so
     // their windows never meet.
-    let mut nodes: HashMap<String, (Node, FibNetns)> = HashMap::new();
+    let mut nodes: HashMap<String, (Node, FibNetns, Option<XskSocket>)> = HashMap::new();
     for v in &vectors {
         let key = serde_json::to_string(&v.node).unwrap();
-        let (node, ns) = nodes.entry(key).or_insert_with(|| {
+        let (node, ns, _) = nodes.entry(key).or_insert_with(|| {
             let mut node = load(&spec_of(&v.node));
             for g in &v.node.generations {
                 node.set_generation(g.rkey, g.generation).unwrap();
             }
             let ns = FibNetns::new(&unique_prefix(), v.node.mac_bytes(), v.node.ip, &v.node.neighbours());
-            (node, ns)
+            // A receiver: a real AF_XDP socket on queue 0 of nd0, the queue test runs arrive on.
+            let xsk = v.node.receiver.then(|| {
+                let s = ns
+                    .enter(|| XskSocket::bind(ns.ifindex, 0, 64))
+                    .expect("bind an AF_XDP socket to nd0");
+                node.set_receiver(0, s.fd()).expect("enter the socket in NETDAM_XSKS");
+                s
+            });
+            (node, ns, xsk)
         });
         node.memory().write(0, &vec![0u8; v.node.mem_size as usize]).unwrap();
         for seg in &v.memory {
@@ -51,6 +59,7 @@ fn every_vector_matches_the_xdp_program() {
                 XDP_TX => "tx",
                 XDP_PASS => "pass",
                 XDP_DROP => "drop",
+                XDP_REDIRECT => "redirect",
                 other => panic!("{}: step {i}: XDP action {other}", v.name),
             };
             assert_eq!(

@@ -133,7 +133,7 @@ mod tests {
             alu: Alu::Add,
             generation: 5,
         };
-        let plan = RingPlan::new(3, Dtype::F32, 10, 200).unwrap();
+        let plan = RingPlan::new(3, Dtype::F32, 100, 200).unwrap();
         assert_eq!(plan.chunk_elems, (200 - 60 - 48) / 4);
         let mut buf = Vec::new();
         // Chunk 1 starts at member 1: 2:REDUCE 0:REDUCE_WRITE 1:WRITE 2:WRITE.

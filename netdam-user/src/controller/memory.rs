@@ -74,6 +74,18 @@ impl NetdamMemory {
         Ok(())
     }
 
+    /// The `n` bytes at `addr`, in place: no copy.
+    ///
+    /// # Safety
+    /// Nothing may write the range while the slice lives: no request of the
+    /// data path (e.g. a header-split slot that the ring has not reached
+    /// again, or a region no client writes to) and no `write` of this host.
+    pub unsafe fn view(&self, addr: u64, n: usize) -> Result<&[u8], ControllerError> {
+        let a = self.check(addr, n)?;
+        // SAFETY: in bounds (checked); the caller guarantees no concurrent writer.
+        Ok(unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().add(a), n) })
+    }
+
     /// Copies `data` into NetDAM memory at `addr`.
     pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), ControllerError> {
         let a = self.check(addr, data.len())?;

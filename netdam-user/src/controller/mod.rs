@@ -51,10 +51,16 @@ pub const MAP_COUNTERS: &str = "NETDAM_COUNTERS";
 pub const MAP_WINDOWS: &str = "NETDAM_WINDOWS";
 pub const MAP_GENERATIONS: &str = "NETDAM_GENERATIONS";
 const MAP_JUMP: &str = "NETDAM_JUMP";
+/// The AF_XDP socket of each receive queue (`afxdp::Endpoint` fills it).
+pub const MAP_XSKS: &str = "NETDAM_XSKS";
+/// Header split (section 9): ports and the ring (`netdam split`).
+pub const MAP_SPLIT_PORTS: &str = "NETDAM_SPLIT_PORTS";
+pub const MAP_SPLIT_RING: &str = "NETDAM_SPLIT_RING";
 /// The maps kept in the pin directory: state that must survive `serve`
 /// (memory, generations, windows and counters, section 8; config so other
-/// commands can read it).
-pub const PINNED_MAPS: [&str; 7] = [
+/// commands can read it; the socket map and split tables, so that endpoints
+/// and `netdam split` in other processes reach the data path).
+pub const PINNED_MAPS: [&str; 10] = [
     MAP_MEM,
     MAP_CONFIG,
     MAP_REGIONS,
@@ -62,6 +68,9 @@ pub const PINNED_MAPS: [&str; 7] = [
     MAP_COUNTERS,
     MAP_WINDOWS,
     MAP_GENERATIONS,
+    MAP_XSKS,
+    MAP_SPLIT_PORTS,
+    MAP_SPLIT_RING,
 ];
 
 #[derive(Debug, Error)]
@@ -367,6 +376,14 @@ impl Node {
             BpfHashMap::try_from(self.ebpf.map_mut(MAP_GENERATIONS).expect("generations map"))
                 .map_err(|e| ControllerError::Map(MAP_GENERATIONS, e))?;
         local::set_generation(&mut m, rkey, generation)
+    }
+
+    /// Enters an AF_XDP socket as the receiver of queue `queue` (what
+    /// `afxdp::Endpoint` does through the pinned map).
+    pub fn set_receiver(&mut self, queue: u32, socket: std::os::fd::BorrowedFd<'_>) -> Result<(), ControllerError> {
+        let mut m = aya::maps::XskMap::try_from(self.ebpf.map_mut(MAP_XSKS).expect("the object has NETDAM_XSKS"))
+            .map_err(|e| ControllerError::Map(MAP_XSKS, e))?;
+        m.set(queue, socket, 0).map_err(|e| ControllerError::Map(MAP_XSKS, e))
     }
 
     /// The loaded XDP program, e.g. for BPF_PROG_TEST_RUN.

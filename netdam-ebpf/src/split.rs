@@ -1,0 +1,97 @@
+//! Header split of ordinary UDP datagrams (PROTOCOL.md section 9): the
+//! first K payload bytes stay in the frame, the rest goes to the next slot
+//! of the split ring in NetDAM memory, a descriptor says where, and the frame
+//! goes to the AF_XDP socket. Whatever cannot be served passes untouched.
+
+use aya_ebpf::{
+    helpers::generated::{bpf_xdp_adjust_tail, bpf_xdp_store_bytes},
+    programs::XdpContext,
+};
+use netdam_common::{
+    counters::Event,
+    split::{split_sizes, Descriptor, DESCRIPTOR_LEN, UMEM_FRAME_MAX},
+    wire::checksum_update16,
+};
+
+use crate::{
+    atomic::fetch_add64,
+    carrier::SplitDatagram,
+    handover::{self, frame_len},
+    maps::{count_event, SPLIT_RING},
+    memory, Verdict,
+};
+
+const UNSERVED: Verdict = Verdict::PassCounted(Event::PassSplitUnserved);
+const FAILED: Verdict = Verdict::Drop(Event::DropTxFailed);
+
+#[inline(always)]
+pub fn run(ctx: &XdpContext, d: &SplitDatagram) -> Result<u32, Verdict> {
+    if !handover::has_receiver(ctx) {
+        return Err(UNSERVED);
+    }
+    let ring = SPLIT_RING.get_ptr_mut(0).ok_or(UNSERVED)?;
+    // SAFETY: index 0 of an array map; `taken` is only changed atomically below.
+    let (slot_size, slots) = unsafe { ((*ring).slot_size, (*ring).slots) };
+    let payload_off = d.l4 + 8;
+    let payload_len = d.udp_len - 8;
+    let (kept, rest) = split_sizes(payload_len, d.keep);
+    let new_end = payload_off + kept + DESCRIPTOR_LEN as u32;
+    if new_end > UMEM_FRAME_MAX || (rest > 0 && (slots == 0 || rest > slot_size)) {
+        return Err(UNSERVED);
+    }
+    let addr = if rest > 0 {
+        // SAFETY: an 8-aligned u64 of a map value.
+        let n = unsafe { fetch_add64(&raw mut (*ring).taken, 1) };
+        // SAFETY: as above; base and slot_size are written by the controller only.
+        let a = unsafe { (*ring).slot_addr(n) };
+        memory::frame_to_mem(ctx, payload_off + kept, a, rest).map_err(|_| FAILED)?;
+        a
+    } else {
+        0
+    };
+    let delta = new_end as i32 - frame_len(ctx) as i32;
+    // SAFETY: resizes the tail: the rest is already stored; growth stays in the frame's tailroom.
+    if delta != 0 && unsafe { bpf_xdp_adjust_tail(ctx.ctx, delta) } != 0 {
+        return Err(UNSERVED);
+    }
+    if rewrite(ctx, d, payload_len, kept, addr) != 0 {
+        return Err(FAILED);
+    }
+    count_event(Event::Split);
+    handover::redirect(ctx)
+}
+
+/// Writes the descriptor and the new lengths. Returns 0 or -1. Not inlined:
+/// its buffers get their own stack frame.
+#[inline(never)]
+fn rewrite(ctx: &XdpContext, d: &SplitDatagram, payload_len: u32, kept: u32, addr: u64) -> i32 {
+    let mut desc = Descriptor {
+        original_len: payload_len,
+        addr,
+    }
+    .to_bytes();
+    let udp_len = (8 + kept + DESCRIPTOR_LEN as u32) as u16;
+    let ihl = (d.ip.vihl & 0x0F) as u16 * 4;
+    let old_ip_len = u16::from_be_bytes(d.ip.tot_len);
+    let ip_len = ihl + udp_len;
+    let check = checksum_update16(u16::from_be_bytes(d.ip.check), old_ip_len, ip_len);
+    let mut ip_fields = [ip_len.to_be_bytes(), check.to_be_bytes()];
+    let mut udp_fields = [udp_len.to_be_bytes(), [0, 0]];
+    let ip_off = 14u32;
+    // SAFETY: stack buffers of the sizes given; offsets inside the resized frame.
+    unsafe {
+        if bpf_xdp_store_bytes(
+            ctx.ctx,
+            d.l4 + 8 + kept,
+            desc.as_mut_ptr().cast(),
+            DESCRIPTOR_LEN as u32,
+        ) != 0
+            || bpf_xdp_store_bytes(ctx.ctx, ip_off + 2, ip_fields[0].as_mut_ptr().cast(), 2) != 0
+            || bpf_xdp_store_bytes(ctx.ctx, ip_off + 10, ip_fields[1].as_mut_ptr().cast(), 2) != 0
+            || bpf_xdp_store_bytes(ctx.ctx, d.l4 + 4, udp_fields.as_mut_ptr().cast(), 4) != 0
+        {
+            return -1;
+        }
+    }
+    0
+}

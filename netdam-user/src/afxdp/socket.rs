@@ -1,0 +1,218 @@
+//! One AF_XDP socket bound to one receive queue, with its own UMEM. All
+//! frames not held by the application sit in the fill ring.
+
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+
+use netdam_common::split::UMEM_FRAME;
+
+use super::{ring::Ring, umem::Umem, Backing, XskError};
+
+/// The kernel's drop counters of one socket (XDP_STATISTICS).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct XskStats {
+    /// Dropped for reasons other than the two below (e.g. a frame larger than a UMEM frame).
+    pub rx_dropped: u64,
+    /// Dropped because the RX ring was full (the application is behind).
+    pub rx_ring_full: u64,
+    /// Dropped because the fill ring was empty (the application holds every frame).
+    pub rx_fill_ring_empty: u64,
+}
+
+impl std::ops::AddAssign for XskStats {
+    fn add_assign(&mut self, o: XskStats) {
+        self.rx_dropped += o.rx_dropped;
+        self.rx_ring_full += o.rx_ring_full;
+        self.rx_fill_ring_empty += o.rx_fill_ring_empty;
+    }
+}
+
+pub struct XskSocket {
+    // Dropped first: the kernel stops using the rings and UMEM when the socket closes.
+    fd: OwnedFd,
+    fill: Ring<u64>,
+    rx: Ring<libc::xdp_desc>,
+    _completion: Ring<u64>,
+    umem: Umem,
+    queue: u32,
+    zero_copy: bool,
+}
+
+fn setsockopt<T>(fd: &OwnedFd, opt: libc::c_int, v: &T, what: &str) -> Result<(), XskError> {
+    // SAFETY: `v` is a live value of the size given.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_XDP,
+            opt,
+            (v as *const T).cast(),
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if r != 0 {
+        return Err(XskError::last(what));
+    }
+    Ok(())
+}
+
+fn getsockopt<T>(fd: &OwnedFd, opt: libc::c_int, what: &str) -> Result<T, XskError> {
+    // SAFETY: the kernel structs read here are plain integers: all-zero is valid.
+    let mut v: T = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<T>() as libc::socklen_t;
+    // SAFETY: `v` is a live value of `len` bytes.
+    let r = unsafe { libc::getsockopt(fd.as_raw_fd(), libc::SOL_XDP, opt, (&mut v as *mut T).cast(), &mut len) };
+    if r != 0 {
+        return Err(XskError::last(what));
+    }
+    Ok(v)
+}
+
+impl XskSocket {
+    /// A socket on queue `queue` of interface `ifindex` (in the calling
+    /// thread's network namespace) with `frames` UMEM frames and rings of
+    /// `frames` entries. Zero-copy where the driver has it, copy mode
+    /// otherwise (veth); XDP_USE_NEED_WAKEUP either way.
+    pub fn bind(ifindex: u32, queue: u32, frames: u32) -> Result<XskSocket, XskError> {
+        if !(64..=65536).contains(&frames) || !frames.is_power_of_two() {
+            return Err(XskError::Frames(frames));
+        }
+        // SAFETY: plain socket(2).
+        let raw = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        if raw < 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(match e.raw_os_error() {
+                Some(libc::EPERM | libc::EACCES) => XskError::NotPrivileged(e),
+                _ => XskError::Unsupported(e),
+            });
+        }
+        // SAFETY: a new descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let umem = Umem::new(frames)?;
+        let reg = libc::xdp_umem_reg {
+            addr: umem.addr(),
+            len: umem.len() as u64,
+            chunk_size: UMEM_FRAME,
+            headroom: 0,
+            flags: 0,
+            tx_metadata_len: 0,
+        };
+        setsockopt(&fd, libc::XDP_UMEM_REG, &reg, "registering the UMEM")?;
+        setsockopt(&fd, libc::XDP_UMEM_FILL_RING, &frames, "sizing the fill ring")?;
+        setsockopt(
+            &fd,
+            libc::XDP_UMEM_COMPLETION_RING,
+            &64u32,
+            "sizing the completion ring",
+        )?;
+        setsockopt(&fd, libc::XDP_RX_RING, &frames, "sizing the RX ring")?;
+        let off: libc::xdp_mmap_offsets = getsockopt(&fd, libc::XDP_MMAP_OFFSETS, "reading the ring offsets")?;
+        let mut fill = Ring::<u64>::map(fd.as_fd(), &off.fr, frames, libc::XDP_UMEM_PGOFF_FILL_RING, "fill")?;
+        let completion = Ring::<u64>::map(
+            fd.as_fd(),
+            &off.cr,
+            64,
+            libc::XDP_UMEM_PGOFF_COMPLETION_RING,
+            "completion",
+        )?;
+        let rx = Ring::<libc::xdp_desc>::map(fd.as_fd(), &off.rx, frames, libc::XDP_PGOFF_RX_RING as u64, "RX")?;
+        fill.produce((0..frames as u64).map(|i| i * UMEM_FRAME as u64));
+        let bind = |flags: u16| {
+            let sa = libc::sockaddr_xdp {
+                sxdp_family: libc::AF_XDP as u16,
+                sxdp_flags: flags | libc::XDP_USE_NEED_WAKEUP,
+                sxdp_ifindex: ifindex,
+                sxdp_queue_id: queue,
+                sxdp_shared_umem_fd: 0,
+            };
+            // SAFETY: a sockaddr_xdp of the size given.
+            let r = unsafe {
+                libc::bind(
+                    fd.as_raw_fd(),
+                    (&sa as *const libc::sockaddr_xdp).cast(),
+                    std::mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+                )
+            };
+            if r == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        };
+        let zero_copy = match bind(libc::XDP_ZEROCOPY) {
+            Ok(()) => true,
+            Err(zc) => {
+                log::debug!("queue {queue}: no zero-copy AF_XDP ({zc}); copy mode");
+                bind(libc::XDP_COPY).map_err(|source| XskError::Sys {
+                    what: format!("binding an AF_XDP socket to queue {queue} of interface index {ifindex}"),
+                    source,
+                })?;
+                false
+            }
+        };
+        Ok(XskSocket {
+            fd,
+            fill,
+            rx,
+            _completion: completion,
+            umem,
+            queue,
+            zero_copy,
+        })
+    }
+
+    pub fn queue(&self) -> u32 {
+        self.queue
+    }
+
+    pub fn zero_copy(&self) -> bool {
+        self.zero_copy
+    }
+
+    pub fn backing(&self) -> Backing {
+        self.umem.backing()
+    }
+
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Moves up to `max` received descriptors into `out`.
+    pub(crate) fn take(&mut self, max: u32, out: &mut Vec<libc::xdp_desc>) -> u32 {
+        self.rx.consume(max, out)
+    }
+
+    /// The bytes of a received descriptor.
+    pub(crate) fn frame(&self, d: &libc::xdp_desc) -> &[u8] {
+        self.umem.bytes(d.addr, d.len)
+    }
+
+    /// Gives the frames of `descs` back to the kernel through the fill ring.
+    pub(crate) fn give_back(&mut self, descs: &[libc::xdp_desc]) {
+        // In aligned mode a frame's address is its offset rounded down to the frame size.
+        let n = self
+            .fill
+            .produce(descs.iter().map(|d| d.addr & !(UMEM_FRAME as u64 - 1)));
+        debug_assert_eq!(n as usize, descs.len(), "the fill ring holds every frame");
+        if self.fill.needs_wakeup() {
+            // SAFETY: a zero-length non-blocking recvfrom only wakes the kernel's RX path.
+            unsafe {
+                libc::recvfrom(
+                    self.fd.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                )
+            };
+        }
+    }
+
+    pub fn stats(&self) -> Result<XskStats, XskError> {
+        let s: libc::xdp_statistics = getsockopt(&self.fd, libc::XDP_STATISTICS, "reading the AF_XDP statistics")?;
+        Ok(XskStats {
+            rx_dropped: s.rx_dropped,
+            rx_ring_full: s.rx_ring_full,
+            rx_fill_ring_empty: s.rx_fill_ring_empty_descs,
+        })
+    }
+}
