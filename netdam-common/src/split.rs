@@ -95,7 +95,16 @@ pub fn rebuild(
     read_mem: impl FnOnce(u64, usize) -> Option<std::vec::Vec<u8>>,
 ) -> Option<std::vec::Vec<u8>> {
     let d = Descriptor::from_payload_end(payload)?;
-    let kept = &payload[..payload.len() - DESCRIPTOR_LEN];
+    rebuild_from(&payload[..payload.len() - DESCRIPTOR_LEN], &d, read_mem)
+}
+
+/// The original payload from the kept bytes and the descriptor.
+#[cfg(feature = "std")]
+pub fn rebuild_from(
+    kept: &[u8],
+    d: &Descriptor,
+    read_mem: impl FnOnce(u64, usize) -> Option<std::vec::Vec<u8>>,
+) -> Option<std::vec::Vec<u8>> {
     let rest = (d.original_len as usize).checked_sub(kept.len())?;
     let mut out = kept.to_vec();
     if rest > 0 {

@@ -4,7 +4,7 @@
 //! goes to the AF_XDP socket. Whatever cannot be served passes untouched.
 
 use aya_ebpf::{
-    helpers::generated::{bpf_xdp_adjust_tail, bpf_xdp_store_bytes},
+    helpers::generated::{bpf_xdp_adjust_head, bpf_xdp_adjust_tail, bpf_xdp_load_bytes, bpf_xdp_store_bytes},
     programs::XdpContext,
 };
 use netdam_common::{
@@ -17,7 +17,7 @@ use crate::{
     atomic::fetch_add64,
     carrier::SplitDatagram,
     handover::{self, frame_len},
-    maps::{count_event, SPLIT_RING},
+    maps::{count_event, SCRATCH, SCRATCH_LEN, SPLIT_RING},
     memory, Verdict,
 };
 
@@ -52,13 +52,57 @@ pub fn run(ctx: &XdpContext, d: &SplitDatagram) -> Result<u32, Verdict> {
     let delta = new_end as i32 - frame_len(ctx) as i32;
     // SAFETY: resizes the tail: the rest is already stored; growth stays in the frame's tailroom.
     if delta != 0 && unsafe { bpf_xdp_adjust_tail(ctx.ctx, delta) } != 0 {
-        return Err(UNSERVED);
+        // Too little tailroom (an skb-backed frame): grow at the head instead.
+        if delta < 0 {
+            return Err(UNSERVED);
+        }
+        match grow_at_head(ctx, delta as u32, payload_off + kept) {
+            Grown::Yes => {}
+            Grown::Untouched => return Err(UNSERVED),
+            Grown::Broken => return Err(FAILED),
+        }
     }
     if rewrite(ctx, d, payload_len, kept, addr) != 0 {
         return Err(FAILED);
     }
     count_event(Event::Split);
     handover::redirect(ctx)
+}
+
+enum Grown {
+    Yes,
+    /// Not possible; the frame is as it was.
+    Untouched,
+    /// Failed half-way; the frame must not go on.
+    Broken,
+}
+
+/// Makes the frame `delta` bytes longer at the head and moves its first
+/// `keep_len` bytes (headers and kept payload) to the new start, so that
+/// the descriptor goes where the kept payload ends. Not inlined: its own
+/// stack frame.
+#[inline(never)]
+fn grow_at_head(ctx: &XdpContext, delta: u32, keep_len: u32) -> Grown {
+    let Some(buf) = SCRATCH.get_ptr_mut(0) else {
+        return Grown::Untouched;
+    };
+    if keep_len > SCRATCH_LEN as u32 {
+        return Grown::Untouched;
+    }
+    // SAFETY: moves the start into the headroom; the helper checks the room.
+    if unsafe { bpf_xdp_adjust_head(ctx.ctx, -(delta as i32)) } != 0 {
+        return Grown::Untouched;
+    }
+    let n = memory::bounded_len(keep_len, SCRATCH_LEN as u32);
+    // SAFETY: the per-CPU scratch buffer of SCRATCH_LEN bytes and n <= SCRATCH_LEN.
+    let moved = unsafe {
+        bpf_xdp_load_bytes(ctx.ctx, delta, buf.cast(), n) == 0 && bpf_xdp_store_bytes(ctx.ctx, 0, buf.cast(), n) == 0
+    };
+    if moved {
+        Grown::Yes
+    } else {
+        Grown::Broken
+    }
 }
 
 /// Writes the descriptor and the new lengths. Returns 0 or -1. Not inlined:

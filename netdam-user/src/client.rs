@@ -210,6 +210,34 @@ impl Client {
         }
     }
 
+    /// MSG (section 3): hands `body` to the node's AF_XDP receiver and waits
+    /// for its acknowledgement, resending on timeout. Delivery is at least
+    /// once: a receiver that must not see a message twice keys on its seq.
+    /// `rkey` names a region with the MSG permission and `addr` lies in it.
+    pub async fn msg(&self, rkey: u32, addr: u64, body: &[u8]) -> Result<(), ClientError> {
+        let mut h = NetdamHdr::request(Opcode::Msg);
+        h.flags = flags::ACK_REQ;
+        h.set_rkey(rkey);
+        h.set_addr(addr);
+        h.set_len(body.len() as u16);
+        self.request(h, body, true).await.map(|_| ())
+    }
+
+    /// WRITE_NOTIFY (section 3): writes `data` at `addr` and hands only the
+    /// headers to the node's AF_XDP receiver. The node answers only a
+    /// failure, so success is no answer within the timeout; it is not resent.
+    pub async fn write_notify(&self, rkey: u32, addr: u64, data: &[u8]) -> Result<(), ClientError> {
+        let mut h = NetdamHdr::request(Opcode::WriteNotify);
+        h.set_rkey(rkey);
+        h.set_addr(addr);
+        h.set_len(data.len() as u16);
+        match self.request(h, data, false).await {
+            Err(ClientError::Timeout { .. }) => Ok(()),
+            Err(e) => Err(e),
+            Ok(_) => Ok(()),
+        }
+    }
+
     /// NOP: liveness and round-trip time.
     pub async fn ping(&self) -> Result<Duration, ClientError> {
         let t = Instant::now();

@@ -10,6 +10,7 @@ use netdam_common::{
     Region,
 };
 use netdam_user::{
+    afxdp::{Delivery, Endpoint, EndpointConfig},
     args::{
         format_values, parse_alu, parse_dtype, parse_group, parse_number, parse_region, parse_rkey, parse_size,
         parse_values, perm_letters,
@@ -20,7 +21,7 @@ use netdam_user::{
         table::{self, MemberRow},
         Allreduce, Collective, CollectiveConfig, Group,
     },
-    controller::{neighbours, pins, AttachMode, Interface, LocalNode, Node, NodeSpec},
+    controller::{neighbours, pins, split::SplitTable, AttachMode, Interface, LocalNode, Node, NodeSpec},
     plot,
     stats::Stats,
     testbed::{Chaos, Testbed},
@@ -73,6 +74,17 @@ enum Cmd {
     /// Run ring all-reduces that the network does (PROTOCOL.md section 6); run it
     /// on every member of the group, each beside its own `netdam serve`.
     Allreduce(AllreduceArgs),
+    /// Send a message to a node's AF_XDP receiver (MSG) and wait for its
+    /// acknowledgement, or with --notify write it into memory and hand the
+    /// receiver only the headers (WRITE_NOTIFY).
+    Msg(MsgArgs),
+    /// Receive what a local node hands to AF_XDP (MSG, WRITE_NOTIFY, header
+    /// split) and print it, until --count frames, --timeout-ms or Ctrl-C.
+    Recv(RecvArgs),
+    /// Split ordinary UDP datagrams to a port of a local node (PROTOCOL.md
+    /// section 9): the first --keep payload bytes reach the AF_XDP socket, the
+    /// rest stays in a ring in NetDAM memory. Without --port, lists the ports.
+    Split(SplitArgs),
     /// Remove a local node's pinned maps: its memory and counters are lost.
     Unpin(PinDirArgs),
     /// Build, show or remove the namespace testbed (test hosts on a bridge; needs root).
@@ -293,6 +305,23 @@ struct WriteArgs {
 }
 
 #[derive(Args)]
+#[command(
+    after_help = "The region must allow MSG (m) for a message, WRITE (w) for --notify. A node without a \
+    receiver (`netdam recv`) answers NO_RECEIVER."
+)]
+struct MsgArgs {
+    #[command(flatten)]
+    node: NodeArgs,
+    #[command(flatten)]
+    place: Place,
+    /// The message (or, with --notify, the bytes to write).
+    text: String,
+    /// WRITE_NOTIFY instead of MSG: --addr is where the bytes go.
+    #[arg(long)]
+    notify: bool,
+}
+
+#[derive(Args)]
 struct ReadArgs {
     #[command(flatten)]
     node: NodeArgs,
@@ -363,6 +392,56 @@ struct StatsArgs {
     #[command(flatten)]
     local: LocalArgs,
     /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+#[command(
+    after_help = "Run it beside the node's `netdam serve`, in the same network namespace. It binds one \
+    AF_XDP socket per receive queue of the node's interface; while it runs, MSG and WRITE_NOTIFY are \
+    delivered here (without it they are answered NO_RECEIVER) and split ports are split."
+)]
+struct RecvArgs {
+    #[command(flatten)]
+    local: LocalArgs,
+    /// Stop after this many frames.
+    #[arg(long)]
+    count: Option<u64>,
+    /// Stop when nothing arrives for this long (milliseconds).
+    #[arg(long)]
+    timeout_ms: Option<u64>,
+    /// UMEM frames per socket (a power of two, 64..65536).
+    #[arg(long, default_value_t = 4096)]
+    frames: u32,
+    /// Print each message or rebuilt datagram's bytes as hex.
+    #[arg(long)]
+    hex: bool,
+    /// One JSON object per frame instead of text lines.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct SplitArgs {
+    #[command(flatten)]
+    local: LocalArgs,
+    /// The UDP port whose datagrams are split (not port P).
+    #[arg(long, requires = "keep")]
+    port: Option<u16>,
+    /// Payload bytes kept in the frame; the rest goes to NetDAM memory.
+    #[arg(long)]
+    keep: Option<u32>,
+    /// Stop splitting --port.
+    #[arg(long, requires = "port", conflicts_with = "keep")]
+    remove: bool,
+    /// Slots of the ring (one datagram's rest each; default 1024). Sets the ring up anew.
+    #[arg(long)]
+    slots: Option<u32>,
+    /// NetDAM address of the ring (default: the top of NetDAM memory). Sets the ring up anew.
+    #[arg(long, value_parser = parse_number)]
+    ring_addr: Option<u64>,
+    /// Print JSON.
     #[arg(long)]
     json: bool,
 }
@@ -581,6 +660,25 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Allreduce(a) => tokio::task::spawn_blocking(move || allreduce(a))
             .await
             .context("the all-reduce thread")?,
+        Cmd::Msg(a) => {
+            let client = a.node.client().await?;
+            if a.notify {
+                client
+                    .write_notify(a.place.rkey, a.place.addr, a.text.as_bytes())
+                    .await?;
+                println!(
+                    "wrote {} byte(s) at {:#x}; no refusal came back",
+                    a.text.len(),
+                    a.place.addr
+                );
+            } else {
+                client.msg(a.place.rkey, a.place.addr, a.text.as_bytes()).await?;
+                println!("delivered {} byte(s)", a.text.len());
+            }
+            Ok(())
+        }
+        Cmd::Recv(a) => recv(a).await,
+        Cmd::Split(a) => split(a),
         Cmd::Unpin(a) => {
             let Some(dir) = a.pin_dir else {
                 bail!("give the node's --pin-dir (e.g. /sys/fs/bpf/netdam/eth0)")
@@ -590,6 +688,166 @@ async fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `netdam split`.
+fn split(a: SplitArgs) -> Result<()> {
+    let dir = a.local.dir();
+    let node = LocalNode::open(&dir).with_context(|| format!("opening the node pinned in {}", dir.display()))?;
+    let mut table = SplitTable::open(&dir).with_context(|| format!("opening the split tables in {}", dir.display()))?;
+    match (a.port, a.keep, a.remove) {
+        (Some(port), _, true) if !table.remove(port) => {
+            bail!("port {port} is not split (`netdam split` lists the split ports)");
+        }
+        (Some(_), _, true) => {}
+        (Some(port), Some(keep), false) => {
+            table.add(&node.config, port, keep, a.ring_addr, a.slots)?;
+        }
+        _ => {}
+    }
+    let ring = table.ring()?;
+    let ports = table.ports();
+    if a.json {
+        let ports: Vec<_> = ports
+            .iter()
+            .map(|(p, k)| serde_json::json!({"port": p, "keep": k}))
+            .collect();
+        let v = serde_json::json!({
+            "ports": ports,
+            "ring": {"addr": ring.base, "slot_size": ring.slot_size, "slots": ring.slots, "taken": ring.taken},
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    if ports.is_empty() {
+        println!("no port is split");
+    }
+    for (p, k) in &ports {
+        println!("port {p:>5}: keep {k} byte(s)");
+    }
+    if ring.slots > 0 {
+        println!(
+            "ring: {} slot(s) of {} bytes at {:#x} in NetDAM memory, {} taken so far",
+            ring.slots, ring.slot_size, ring.base, ring.taken
+        );
+    }
+    Ok(())
+}
+
+/// `netdam recv`.
+async fn recv(a: RecvArgs) -> Result<()> {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let worker = {
+        let stop = stop.clone();
+        tokio::task::spawn_blocking(move || recv_loop(&a, &stop))
+    };
+    let mut term = tokio::signal::unix::signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    tokio::pin!(worker);
+    tokio::select! {
+        r = &mut worker => return r.context("the receive thread")?,
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    worker.await.context("the receive thread")?
+}
+
+fn recv_loop(a: &RecvArgs, stop: &std::sync::atomic::AtomicBool) -> Result<()> {
+    let dir = a.local.dir();
+    let mut ep = Endpoint::open(
+        &dir,
+        EndpointConfig {
+            frames: a.frames,
+            ..Default::default()
+        },
+    )
+    .with_context(|| format!("opening AF_XDP sockets for the node pinned in {}", dir.display()))?;
+    eprintln!(
+        "receiving on {} queue(s), UMEM on {}; Ctrl-C stops",
+        ep.queues(),
+        ep.backing()
+    );
+    let mut seen = 0u64;
+    let mut idle = std::time::Instant::now();
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) && a.count.is_none_or(|c| seen < c) {
+        let got = ep.recv(Duration::from_millis(100))?;
+        if got.is_empty() {
+            if a.timeout_ms.is_some_and(|t| idle.elapsed() > Duration::from_millis(t)) {
+                break;
+            }
+            continue;
+        }
+        idle = std::time::Instant::now();
+        for d in got.iter() {
+            let line = describe(&d, got.memory(), a.hex);
+            if a.json {
+                println!("{line}");
+            } else {
+                println!("{}", line_text(&line));
+            }
+            seen += 1;
+        }
+    }
+    let st = ep.stats()?;
+    eprintln!(
+        "{seen} frame(s) received; the kernel dropped {} (fill ring empty {}, RX ring full {}, other {})",
+        st.rx_fill_ring_empty + st.rx_ring_full + st.rx_dropped,
+        st.rx_fill_ring_empty,
+        st.rx_ring_full,
+        st.rx_dropped
+    );
+    Ok(())
+}
+
+/// A delivered frame as JSON.
+fn describe(d: &Delivery<'_>, mem: &netdam_user::controller::NetdamMemory, with_hex: bool) -> serde_json::Value {
+    let hex = |b: &[u8]| -> serde_json::Value {
+        if with_hex {
+            b.iter().map(|x| format!("{x:02x}")).collect::<String>().into()
+        } else {
+            serde_json::Value::Null
+        }
+    };
+    match d {
+        Delivery::Message { from, hdr, body, .. } => serde_json::json!({
+            "kind": "msg", "from": from.to_string(), "seq": hdr.seq(), "len": body.len(), "bytes": hex(body),
+        }),
+        Delivery::Notify { from, hdr } => serde_json::json!({
+            "kind": "write_notify", "from": from.to_string(), "seq": hdr.seq(), "addr": hdr.addr(), "len": hdr.len(),
+        }),
+        Delivery::Split {
+            from,
+            to_port,
+            kept,
+            descriptor,
+            ..
+        } => {
+            let rebuilt = netdam_common::split::rebuild_from(kept, descriptor, |a, n| {
+                let mut v = vec![0u8; n];
+                mem.read(a, &mut v).ok().map(|_| v)
+            });
+            serde_json::json!({
+                "kind": "split", "from": from.to_string(), "port": to_port, "kept": kept.len(),
+                "len": descriptor.original_len, "addr": descriptor.addr,
+                "bytes": rebuilt.as_deref().map_or(serde_json::Value::Null, hex),
+            })
+        }
+        Delivery::Other(f) => serde_json::json!({"kind": "other", "len": f.len(), "bytes": hex(f)}),
+    }
+}
+
+fn line_text(v: &serde_json::Value) -> String {
+    let mut s = String::new();
+    if let Some(o) = v.as_object() {
+        for (k, x) in o {
+            if x.is_null() {
+                continue;
+            }
+            let x = x.as_str().map_or_else(|| x.to_string(), str::to_string);
+            s.push_str(&format!("{k}={x} "));
+        }
+    }
+    s.trim_end().to_string()
 }
 
 /// Kernel settings of the served interface that CHAIN needs, the old

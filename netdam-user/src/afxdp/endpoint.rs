@@ -256,6 +256,8 @@ pub enum Delivery<'a> {
         to_port: u16,
         kept: &'a [u8],
         descriptor: Descriptor,
+        /// The frame as delivered, from its Ethernet header on.
+        frame: &'a [u8],
     },
     /// A frame this API does not recognise (it counts as delivered anyway).
     Other(&'a [u8]),
@@ -307,6 +309,7 @@ fn classify(f: &[u8], port: u16) -> Delivery<'_> {
                     to_port,
                     kept: &payload[..payload.len() - netdam_common::split::DESCRIPTOR_LEN],
                     descriptor,
+                    frame: f,
                 };
             }
         }
@@ -321,6 +324,11 @@ impl Received<'_> {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// NetDAM memory, where WRITE_NOTIFY payloads and split rests are.
+    pub fn memory(&self) -> &NetdamMemory {
+        self.endpoint.memory()
     }
 
     /// The frames as they lie in UMEM.

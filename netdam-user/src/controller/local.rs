@@ -17,7 +17,7 @@ pub struct LocalNode {
     generations: BpfHashMap<MapData, u32, u32>,
 }
 
-fn open_pin(dir: &Path, name: &'static str) -> Result<MapData, ControllerError> {
+pub(super) fn open_pin(dir: &Path, name: &'static str) -> Result<MapData, ControllerError> {
     let path = dir.join(name);
     if !path.exists() {
         return Err(ControllerError::Io(

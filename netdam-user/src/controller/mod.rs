@@ -7,6 +7,7 @@ mod memory;
 pub mod neighbours;
 mod netif;
 pub mod pins;
+pub mod split;
 
 use std::{
     collections::HashMap,
