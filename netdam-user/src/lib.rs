@@ -8,6 +8,7 @@ pub mod args;
 pub mod client;
 pub mod collective;
 pub mod controller;
+pub mod memwall;
 pub mod plot;
 pub mod stats;
 pub mod testbed;

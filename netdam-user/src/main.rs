@@ -22,6 +22,7 @@ use netdam_user::{
         Allreduce, Collective, CollectiveConfig, Group,
     },
     controller::{neighbours, pins, split::SplitTable, AttachMode, Interface, LocalNode, Node, NodeSpec},
+    memwall::{self, MemwallConfig},
     plot,
     stats::Stats,
     testbed::{Chaos, Testbed},
@@ -87,9 +88,55 @@ enum Cmd {
     Split(SplitArgs),
     /// Remove a local node's pinned maps: its memory and counters are lost.
     Unpin(PinDirArgs),
+    /// Benchmarks a user runs on their own host (needs root; builds its own testbed).
+    #[command(subcommand)]
+    Bench(BenchCmd),
     /// Build, show or remove the namespace testbed (test hosts on a bridge; needs root).
     #[command(subcommand)]
     Testbed(TestbedCmd),
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// The seed's DDIO and memory-wall tests in software: a STREAM probe's
+    /// bandwidth while messages arrive by socket, AF_XDP, WRITE, WRITE_NOTIFY
+    /// and header split, and the read cost after holding each message.
+    Memwall(MemwallArgs),
+}
+
+#[derive(Args)]
+#[command(
+    after_help = "It builds a 2-host testbed (prefix --prefix): host 0 sends with a live-frames generator, \
+    host 1 serves NetDAM and runs the receiving application; the probe runs in this process. Modes: socket \
+    (kernel UDP, recvmmsg into the application's buffers), af_xdp (MSG: whole frames into UMEM), write \
+    (payload into NetDAM memory, the host is not told), write_notify (payload into NetDAM memory, headers to \
+    the host), split (64 payload bytes to the host, the rest into NetDAM memory)."
+)]
+struct MemwallArgs {
+    /// The short smoke configuration (every row, well under a minute).
+    #[arg(long)]
+    quick: bool,
+    /// Print the result as JSON on stdout (progress and tables go to stderr).
+    #[arg(long)]
+    json: bool,
+    /// Payload bytes per message.
+    #[arg(long)]
+    size: Option<usize>,
+    /// Messages per second (0: as fast as the generator goes).
+    #[arg(long)]
+    rate: Option<u64>,
+    /// Seconds per measurement.
+    #[arg(long)]
+    secs: Option<f64>,
+    /// Core to pin the probe to.
+    #[arg(long)]
+    probe_core: Option<usize>,
+    /// Where memwall.json and the SVG plots go.
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
+    /// Name prefix of the testbed's hosts.
+    #[arg(long, default_value = "mw")]
+    prefix: String,
 }
 
 #[derive(Subcommand)]
@@ -678,6 +725,9 @@ async fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Recv(a) => recv(a).await,
+        Cmd::Bench(BenchCmd::Memwall(a)) => tokio::task::spawn_blocking(move || memwall(a))
+            .await
+            .context("the benchmark thread")?,
         Cmd::Split(a) => split(a),
         Cmd::Unpin(a) => {
             let Some(dir) = a.pin_dir else {
@@ -688,6 +738,44 @@ async fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `netdam bench memwall`.
+fn memwall(a: MemwallArgs) -> Result<()> {
+    let mut cfg = if a.quick {
+        MemwallConfig::quick()
+    } else {
+        MemwallConfig::full()
+    };
+    cfg.size = a.size.unwrap_or(cfg.size);
+    cfg.rate = a.rate.unwrap_or(cfg.rate);
+    cfg.secs = a.secs.unwrap_or(cfg.secs);
+    cfg.probe_core = a.probe_core.or(cfg.probe_core);
+    cfg.prefix = a.prefix.clone();
+    let me = std::env::current_exe().context("finding this netdam binary (to serve on the testbed)")?;
+    let bar = ProgressBar::new(cfg.measurements() as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed}]").expect("a valid progress template"),
+    );
+    let report = memwall::run(&cfg, &me, &mut |done, _, what| {
+        bar.set_position(done as u64);
+        bar.set_message(what.to_string());
+    })
+    .context("the memory-wall bench")?;
+    bar.finish_and_clear();
+    let files = report
+        .save(&a.out)
+        .with_context(|| format!("writing the results into {}", a.out.display()))?;
+    if a.json {
+        eprint!("{}", report.table());
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.table());
+    }
+    for f in files {
+        eprintln!("wrote {}", f.display());
+    }
+    Ok(())
 }
 
 /// `netdam split`.

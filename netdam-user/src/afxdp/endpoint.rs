@@ -169,6 +169,49 @@ impl Endpoint {
         Ok(received)
     }
 
+    /// Like `recv`, but the frames stay the caller's until `release`: for an
+    /// application that holds frames across receives (a frame held is a frame
+    /// the kernel cannot fill; hold them all and the fill ring runs dry).
+    pub fn recv_held(&mut self, timeout: Duration, out: &mut Vec<HeldFrame>) -> Result<usize, XskError> {
+        let r = self.recv(timeout)?;
+        let n = r.len();
+        r.endpoint.hold_taken(out);
+        Ok(n)
+    }
+
+    /// The bytes of a held frame, in place.
+    pub fn frame(&self, f: &HeldFrame) -> &[u8] {
+        self.sockets[f.queue].frame(&f.desc)
+    }
+
+    /// A held frame, recognised.
+    pub fn delivery(&self, f: &HeldFrame) -> Delivery<'_> {
+        classify(self.frame(f), self.port())
+    }
+
+    /// Gives held frames back to the kernel.
+    pub fn release(&mut self, frames: impl IntoIterator<Item = HeldFrame>) {
+        for f in frames {
+            self.taken[f.queue].push(f.desc);
+        }
+        self.give_back();
+    }
+
+    fn hold_taken(&mut self, out: &mut Vec<HeldFrame>) {
+        for (queue, t) in self.taken.iter_mut().enumerate() {
+            out.extend(t.drain(..).map(|desc| HeldFrame { queue, desc }));
+        }
+    }
+
+    fn give_back(&mut self) {
+        for (s, t) in self.sockets.iter_mut().zip(self.taken.iter_mut()) {
+            if !t.is_empty() {
+                s.give_back(t);
+                t.clear();
+            }
+        }
+    }
+
     fn take(&mut self) -> u32 {
         let mut n = 0;
         for (s, t) in self.sockets.iter_mut().zip(self.taken.iter_mut()) {
@@ -359,11 +402,25 @@ impl Received<'_> {
 
 impl Drop for Received<'_> {
     fn drop(&mut self) {
-        let e = &mut *self.endpoint;
-        for (s, t) in e.sockets.iter_mut().zip(e.taken.iter_mut()) {
-            s.give_back(t);
-            t.clear();
-        }
+        self.endpoint.give_back();
+    }
+}
+
+/// A received frame the application keeps past its `recv` (`Endpoint::recv_held`).
+#[derive(Debug)]
+pub struct HeldFrame {
+    queue: usize,
+    desc: libc::xdp_desc,
+}
+
+impl HeldFrame {
+    /// Bytes of the frame.
+    pub fn len(&self) -> usize {
+        self.desc.len as usize
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.desc.len == 0
     }
 }
 

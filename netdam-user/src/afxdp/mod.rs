@@ -13,7 +13,7 @@ mod ring;
 mod socket;
 mod umem;
 
-pub use endpoint::{Delivery, Endpoint, EndpointConfig, Received};
+pub use endpoint::{Delivery, Endpoint, EndpointConfig, HeldFrame, Received};
 pub use socket::{XskSocket, XskStats};
 pub use umem::{Backing, Umem};
 

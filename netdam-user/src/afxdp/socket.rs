@@ -137,6 +137,20 @@ impl XskSocket {
                 Err(std::io::Error::last_os_error())
             }
         };
+        // A socket closed just before on this queue releases it from a
+        // kernel work queue: EBUSY for a moment, then free.
+        let bind = |flags: u16| {
+            let mut tries = 0;
+            loop {
+                match bind(flags) {
+                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) && tries < 100 => {
+                        tries += 1;
+                        std::thread::sleep(std::time::Duration::from_millis(10));
+                    }
+                    r => return r,
+                }
+            }
+        };
         let zero_copy = match bind(libc::XDP_ZEROCOPY) {
             Ok(()) => true,
             Err(zc) => {

@@ -74,6 +74,14 @@ impl NetdamMemory {
         Ok(())
     }
 
+    /// A pointer to the `n` bytes at `addr`, for volatile reads of memory
+    /// that the data path may change meanwhile.
+    pub fn range_ptr(&self, addr: u64, n: usize) -> Result<*const u8, ControllerError> {
+        let a = self.check(addr, n)?;
+        // SAFETY: in bounds (checked).
+        Ok(unsafe { self.ptr.as_ptr().add(a) })
+    }
+
     /// The `n` bytes at `addr`, in place: no copy.
     ///
     /// # Safety
