@@ -6,6 +6,9 @@
 //! `node`: WRITE throughput and READ latency of one node against the
 //! XDP_DROP ceiling and a userspace server (`node.rs`).
 //!
+//! `msg`: MSG delivery into AF_XDP against recvmmsg, and the bytes
+//! WRITE_NOTIFY hands the host (`msg.rs`, on the memory-wall rig).
+//!
 //! `xdp-ops`: the cost of each operation inside XDP, measured with
 //! BPF_PROG_TEST_RUN on this CPU. Each run is its own syscall with repeat 1
 //! (with repeat > 1 the kernel reuses the buffer, and an answered request
@@ -13,6 +16,7 @@
 //! kernel-measured durations, so syscall overhead is not in it.
 
 mod allreduce;
+mod msg;
 mod node;
 mod udp_node;
 
@@ -43,6 +47,8 @@ enum Cmd {
     /// One node: WRITE 1 KiB throughput against the XDP_DROP ceiling and a userspace
     /// server, READ 64 B latency against the userspace server.
     Node(node::Args),
+    /// MSG into AF_XDP vs recvmmsg (64 B, 1 KiB); host bytes per 1 KiB WRITE_NOTIFY vs the socket.
+    Msg(msg::Args),
     /// ns per packet of each op inside XDP (BPF_PROG_TEST_RUN), medians.
     XdpOps {
         /// Runs per op.
@@ -93,6 +99,7 @@ fn main() -> Result<()> {
         Cmd::XdpOps { runs, json } => xdp_ops(runs, json),
         Cmd::Allreduce(a) => allreduce::run(a),
         Cmd::Node(a) => node::run(a),
+        Cmd::Msg(a) => msg::run(a),
     }
 }
 

@@ -13,7 +13,7 @@
 
 mod hwcounters;
 mod probe;
-mod receive;
+pub mod receive;
 mod traffic;
 
 use std::{
@@ -200,24 +200,113 @@ pub struct MemwallReport {
 }
 
 /// One measurement's raw figures.
-struct Measured {
-    elapsed: f64,
-    sent: u64,
-    consumed: receive::Consumed,
-    writes: u64,
-    probe: Option<Bandwidth>,
-    memory: Option<MemTraffic>,
+pub struct Measured {
+    /// Seconds the traffic ran.
+    pub elapsed: f64,
+    /// Messages the generator sent.
+    pub sent: u64,
+    /// What the receiving application did.
+    pub consumed: receive::Consumed,
+    /// WRITEs the node executed (mode write: its deliveries).
+    pub writes: u64,
+    pub probe: Option<Bandwidth>,
+    pub memory: Option<MemTraffic>,
+    /// CPU time all CPUs spent busy (not idle) while the traffic ran, ns:
+    /// generator, kernel paths, receiver, everything.
+    pub machine_busy_ns: u64,
 }
 
-struct Bench<'a> {
-    cfg: &'a MemwallConfig,
+impl Measured {
+    /// Busy CPU time of the whole machine per delivered message, ns.
+    pub fn machine_ns_per_message(&self, mode: Mode) -> f64 {
+        self.machine_busy_ns as f64 / (self.delivered_per_s(mode) * self.elapsed).max(1.0)
+    }
+
+    /// CPU time of the receiving application's thread per message, ns.
+    pub fn receiver_ns_per_message(&self) -> f64 {
+        self.consumed.cpu_ns as f64 / self.consumed.messages.max(1) as f64
+    }
+
+    /// Messages that reached their destination per second: the
+    /// application's for the modes that tell it, the node's for WRITE.
+    pub fn delivered_per_s(&self, mode: Mode) -> f64 {
+        let n = if mode == Mode::Write {
+            self.writes
+        } else {
+            self.consumed.messages
+        };
+        n as f64 / self.elapsed
+    }
+
+    pub fn sent_per_s(&self) -> f64 {
+        self.sent as f64 / self.elapsed
+    }
+
+    /// Bytes the receive path handed the host per message.
+    pub fn host_bytes_per_message(&self) -> f64 {
+        self.consumed.delivered_bytes as f64 / self.consumed.messages.max(1) as f64
+    }
+}
+
+/// What one measurement sends and how the application receives it.
+#[derive(Clone, Copy, Debug)]
+pub struct Traffic {
+    pub mode: Mode,
+    /// Payload bytes per message.
+    pub size: usize,
+    /// Messages per second (0: as fast as the generator goes).
+    pub rate: u64,
+    /// How long the application holds each message before reading it.
+    pub hold: Duration,
+    pub time: Duration,
+}
+
+/// The two-host testbed the measurements run on: host 0 sends, host 1
+/// serves NetDAM (64 MiB, region 0x1234 over the low 32 MiB with rwm, port
+/// 9200 split with 64 bytes kept, the ring above the region) and receives.
+pub struct Rig {
     tb: Testbed,
-    probe: Probe,
+    served: Option<crate::testbed::Served>,
     hw: HwCounters,
 }
 
-impl Bench<'_> {
-    fn measure(&mut self, mode: Mode, hold: Duration, with_probe: bool) -> Result<Measured, MemwallError> {
+impl Rig {
+    /// Builds the testbed (hosts PREFIX0 and PREFIX1) and serves NetDAM on
+    /// host 1 with the `netdam` binary given.
+    pub fn up(prefix: &str, netdam: &Path) -> Result<Rig, MemwallError> {
+        let tb = Testbed::up(prefix, 2, 1500)?;
+        let serve_args: Vec<String> = [
+            "--mem-size",
+            "64MiB",
+            "--region",
+            &format!("{RKEY:#x}:0:32MiB:rwm"),
+            "--mode",
+            "native",
+        ]
+        .map(String::from)
+        .to_vec();
+        let served = tb.serve(1, netdam, &serve_args)?;
+        let node = LocalNode::open(&tb.hosts[1].pin_dir)?;
+        SplitTable::open(&tb.hosts[1].pin_dir)?.add(&node.config, SPLIT_PORT, SPLIT_KEEP, None, Some(4096))?;
+        Ok(Rig {
+            tb,
+            served: Some(served),
+            hw: HwCounters::detect(),
+        })
+    }
+
+    /// Why there are no memory-controller counters, if there are none.
+    pub fn hw_counters_missing(&self) -> Option<String> {
+        match &self.hw {
+            HwCounters::Missing(why) => Some(why.clone()),
+            HwCounters::Available { .. } => None,
+        }
+    }
+
+    /// Sends `t` and receives it; with a probe, runs it meanwhile (and reads
+    /// the memory-controller counters where the host has them).
+    pub fn measure(&mut self, t: &Traffic, probe: Option<&mut Probe>) -> Result<Measured, MemwallError> {
+        let (mode, hold) = (t.mode, t.hold);
         let pin_dir = self.tb.hosts[1].pin_dir.clone();
         let stop_rx = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready) = std::sync::mpsc::channel();
@@ -245,21 +334,25 @@ impl Bench<'_> {
         let stop_tx = Arc::new(AtomicBool::new(false));
         let gen = traffic::spawn(
             &self.tb.hosts[0].netns,
-            traffic::frame(mode, self.cfg.size),
-            self.cfg.rate,
+            traffic::frame(mode, t.size),
+            t.rate,
             stop_tx.clone(),
         );
-        let time = Duration::from_secs_f64(self.cfg.secs);
         let start = Instant::now();
-        let (probe, memory) = if with_probe {
-            let perf = self.hw.start(time);
-            let bw = self.probe.run(time);
-            (Some(bw), perf.and_then(|c| HwCounters::finish(c, time)))
-        } else {
-            std::thread::sleep(time);
-            (None, None)
+        let busy_before = busy_ns();
+        let (probe, memory) = match probe {
+            Some(p) => {
+                let perf = self.hw.start(t.time);
+                let bw = p.run(t.time);
+                (Some(bw), perf.and_then(|c| HwCounters::finish(c, t.time)))
+            }
+            None => {
+                std::thread::sleep(t.time);
+                (None, None)
+            }
         };
         stop_tx.store(true, Ordering::Relaxed);
+        let machine_busy_ns = busy_ns().saturating_sub(busy_before);
         let sent = gen.join().expect("generator thread")?;
         let elapsed = start.elapsed().as_secs_f64();
         // Let the last frames arrive and their holds end before the receiver stops.
@@ -274,11 +367,20 @@ impl Bench<'_> {
             writes,
             probe,
             memory,
+            machine_busy_ns,
         })
     }
 
     fn writes(&self) -> Result<u64, MemwallError> {
         Ok(Stats::read_pinned(&self.tb.hosts[1].pin_dir)?.requests("WRITE", netdam_common::Status::Ok))
+    }
+}
+
+impl Drop for Rig {
+    fn drop(&mut self) {
+        if let Some(s) = self.served.take() {
+            s.stop();
+        }
     }
 }
 
@@ -289,67 +391,48 @@ pub fn run(
     progress: &mut dyn FnMut(usize, usize, &str),
 ) -> Result<MemwallReport, MemwallError> {
     cfg.check()?;
-    let hw = HwCounters::detect();
-    let tb = Testbed::up(&cfg.prefix, 2, 1500)?;
-    let serve_args: Vec<String> = [
-        "--mem-size",
-        "64MiB",
-        "--region",
-        &format!("{RKEY:#x}:0:32MiB:rwm"),
-        "--mode",
-        "native",
-    ]
-    .map(String::from)
-    .to_vec();
-    let served = tb.serve(1, netdam, &serve_args)?;
-    let node = LocalNode::open(&tb.hosts[1].pin_dir)?;
-    SplitTable::open(&tb.hosts[1].pin_dir)?.add(&node.config, SPLIT_PORT, SPLIT_KEEP, None, Some(4096))?;
-    let mut b = Bench {
-        cfg,
-        tb,
-        probe: Probe::new(cfg.probe_bytes, cfg.probe_core),
-        hw,
-    };
+    let mut rig = Rig::up(&cfg.prefix, netdam)?;
+    let mut probe = Probe::new(cfg.probe_bytes, cfg.probe_core);
     let total = cfg.measurements();
     let mut done = 0;
     let time = Duration::from_secs_f64(cfg.secs);
+    let traffic = |mode, hold| Traffic {
+        mode,
+        size: cfg.size,
+        rate: cfg.rate,
+        hold,
+        time,
+    };
     progress(done, total, "idle probe");
-    let idle_a = b.probe.run(time);
+    let idle_a = probe.run(time);
     done += 1;
     let mut bandwidth = Vec::new();
     for mode in Mode::ALL {
         progress(done, total, &format!("bandwidth under {} traffic", mode.name()));
-        let m = b.measure(mode, Duration::ZERO, true)?;
+        bandwidth.push((mode, rig.measure(&traffic(mode, Duration::ZERO), Some(&mut probe))?));
         done += 1;
-        bandwidth.push(m);
     }
     progress(done, total, "idle probe");
-    let idle_b = b.probe.run(time);
+    let idle_b = probe.run(time);
     done += 1;
     let idle = Bandwidth {
         copy_gbs: (idle_a.copy_gbs + idle_b.copy_gbs) / 2.0,
         triad_gbs: (idle_a.triad_gbs + idle_b.triad_gbs) / 2.0,
     };
-    let bandwidth = Mode::ALL
-        .iter()
-        .zip(bandwidth)
+    let bandwidth = bandwidth
+        .into_iter()
         .map(|(mode, m)| {
-            let delivered = if *mode == Mode::Write {
-                m.writes
-            } else {
-                m.consumed.messages
-            };
             let probe = m.probe.unwrap_or_default();
             let payload = (m.consumed.messages * cfg.size as u64).max(1);
             BandwidthRow {
-                mode: *mode,
-                sent_per_s: m.sent as f64 / m.elapsed,
-                delivered_per_s: delivered as f64 / m.elapsed,
+                mode,
+                sent_per_s: m.sent_per_s(),
+                delivered_per_s: m.delivered_per_s(mode),
                 probe,
                 copy_retained: probe.copy_gbs / idle.copy_gbs,
                 triad_retained: probe.triad_gbs / idle.triad_gbs,
                 host_bytes_per_payload_byte: m.consumed.delivered_bytes as f64 / payload as f64,
-                host_bytes_per_message: m.consumed.delivered_bytes as f64 / m.consumed.messages.max(1) as f64,
+                host_bytes_per_message: m.host_bytes_per_message(),
                 memory: m.memory,
             }
         })
@@ -358,30 +441,25 @@ pub fn run(
     for mode in Mode::ALL {
         for &h in &cfg.holds_us {
             progress(done, total, &format!("{} held {} us", mode.name(), h));
-            let m = b.measure(mode, Duration::from_micros(h), false)?;
+            let m = rig.measure(&traffic(mode, Duration::from_micros(h)), None)?;
             done += 1;
             let c = m.consumed;
-            let consumed = if mode == Mode::Write { m.writes } else { c.messages };
             holds.push(HoldRow {
                 mode,
                 hold_us: h,
-                consumed_per_s: consumed as f64 / m.elapsed,
+                consumed_per_s: m.delivered_per_s(mode),
                 read_ns_per_kib: (c.read_bytes > 0).then(|| c.read_ns as f64 / (c.read_bytes as f64 / 1024.0)),
             });
         }
     }
     progress(done, total, "done");
-    served.stop();
     Ok(MemwallReport {
         config: cfg.clone(),
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         kernel: nix::sys::utsname::uname()
             .map(|u| u.release().to_string_lossy().into_owned())
             .unwrap_or_default(),
-        hw_counters_missing: match &b.hw {
-            HwCounters::Missing(why) => Some(why.clone()),
-            HwCounters::Available { .. } => None,
-        },
+        hw_counters_missing: rig.hw_counters_missing(),
         idle,
         bandwidth,
         holds,
@@ -510,6 +588,26 @@ impl MemwallReport {
         )?;
         Ok(vec![json, bars, sweep])
     }
+}
+
+/// Busy time of all CPUs so far, ns (/proc/stat: every field but idle and iowait).
+fn busy_ns() -> u64 {
+    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(line) = text.lines().find(|l| l.starts_with("cpu ")) else {
+        return 0;
+    };
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let f: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal (guest time is in user already).
+    let busy: u64 = f
+        .iter()
+        .take(8)
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, v)| v)
+        .sum();
+    busy * 1_000_000_000 / hz
 }
 
 fn hold_text(us: u64) -> String {

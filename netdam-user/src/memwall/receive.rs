@@ -29,6 +29,16 @@ pub struct Consumed {
     /// Payload bytes read after the hold, and the nanoseconds those reads took.
     pub read_bytes: u64,
     pub read_ns: u64,
+    /// CPU time of the receiving thread (user and system), ns.
+    pub cpu_ns: u64,
+}
+
+/// CPU time of the calling thread so far, ns.
+fn thread_cpu_ns() -> u64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a live timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
 /// Reads `n` bytes at `p` as the application would, in 8-byte words where
@@ -88,6 +98,7 @@ pub fn receive(
         c: Consumed::default(),
         sink: 0,
     };
+    let cpu = thread_cpu_ns();
     match mode {
         Mode::Write => {
             // The host is not told of WRITEs: nothing to receive.
@@ -100,6 +111,7 @@ pub fn receive(
         Mode::AfXdp | Mode::WriteNotify | Mode::Split => afxdp(mode, pin_dir, hold, stop, ready, &mut r)?,
     }
     std::hint::black_box(r.sink);
+    r.c.cpu_ns = thread_cpu_ns() - cpu;
     Ok(r.c)
 }
 
