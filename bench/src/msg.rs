@@ -123,11 +123,11 @@ fn report(a: &Args, r: &Results) -> Result<()> {
         "size", "AF_XDP sent", "AF_XDP recv", "socket sent", "socket recv", "ratio"
     );
     let mut bars = Vec::new();
-    for i in 0..SIZES.len() {
+    for (i, size) in SIZES.iter().enumerate() {
         let (x, s) = (median(&r.af_xdp_per_s[i].1), median(&r.socket_per_s[i].1));
         println!(
             "{:<8} {:>14.0} {:>14.0} {:>14.0} {:>14.0} {:>7.2}x  (goal >= 2x: {})",
-            format!("{} B", SIZES[i]),
+            format!("{size} B"),
             median(&r.sent_af_xdp_per_s[i].1),
             x,
             median(&r.sent_socket_per_s[i].1),
@@ -135,8 +135,8 @@ fn report(a: &Args, r: &Results) -> Result<()> {
             x / s,
             if x / s >= 2.0 { "met" } else { "not met" }
         );
-        bars.push((format!("AF_XDP {} B", SIZES[i]), x));
-        bars.push((format!("socket {} B", SIZES[i]), s));
+        bars.push((format!("AF_XDP {size} B"), x));
+        bars.push((format!("socket {size} B"), s));
     }
     println!(
         "\nCPU per delivered message, ns: the whole machine (generator, kernel, receiver) and the receiving thread"
@@ -145,12 +145,12 @@ fn report(a: &Args, r: &Results) -> Result<()> {
         "{:<8} {:>14} {:>14} {:>8} {:>16} {:>16} {:>8}",
         "size", "AF_XDP machine", "socket machine", "ratio", "AF_XDP receiver", "socket receiver", "ratio"
     );
-    for i in 0..SIZES.len() {
+    for (i, size) in SIZES.iter().enumerate() {
         let (xm, sm) = (median(&r.af_xdp_machine_ns[i].1), median(&r.socket_machine_ns[i].1));
         let (xr, sr) = (median(&r.af_xdp_receiver_ns[i].1), median(&r.socket_receiver_ns[i].1));
         println!(
             "{:<8} {:>14.0} {:>14.0} {:>7.2}x {:>16.0} {:>16.0} {:>7.2}x",
-            format!("{} B", SIZES[i]),
+            format!("{size} B"),
             xm,
             sm,
             xm / sm,
