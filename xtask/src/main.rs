@@ -70,7 +70,11 @@ enum Cmd {
         seed: u64,
     },
     /// Set up (and OpenMPI), build, run the benchmarks; results (JSON, SVG) go under results/ (not committed).
-    Bench,
+    Bench {
+        /// Which to run (default: all): xdp-ops, allreduce, node, msg, memwall.
+        #[arg(value_parser = ["xdp-ops", "allreduce", "node", "msg", "memwall"])]
+        which: Vec<String>,
+    },
     /// Set up, build, run every test: host unit tests, then (as root) the XDP program
     /// through BPF_PROG_TEST_RUN and the integration tests on the testbed.
     Test {
@@ -219,30 +223,51 @@ fn run(cli: Cli) -> Result<()> {
                     "--nocapture",
                 ]))
         }
-        Cmd::Bench => {
+        Cmd::Bench { which } => {
             setup::run()?;
             build(&root)?;
             setup::require_root("cargo xtask bench")?;
             cmd(cargo()
                 .current_dir(&root)
                 .args(["build", "--release", "--package", "netdam-bench"]))?;
-            setup::bench()?;
+            let wants = |name: &str| which.is_empty() || which.iter().any(|w| w == name);
             let results = root.join("results");
             let bench = root.join("target/release/netdam-bench");
-            println!("==> bench: XDP op cost (BPF_PROG_TEST_RUN)");
-            cmd(Command::new(&bench)
-                .args(["xdp-ops", "--json"])
-                .arg(results.join("xdp-ops.json")))?;
-            println!("==> bench: all-reduce, NetDAM vs OpenMPI vs a userspace UDP ring (4 nodes, 1 KiB to 64 MiB)");
-            cmd(Command::new(&bench)
-                .env("NETDAM_BIN", netdam_bin(&root))
-                .args(["allreduce", "--out"])
-                .arg(&results))?;
-            println!("==> bench: one node, WRITE throughput vs XDP_DROP and a userspace server, READ latency");
-            cmd(Command::new(&bench)
-                .env("NETDAM_BIN", netdam_bin(&root))
-                .args(["node", "--out"])
-                .arg(&results))
+            if wants("xdp-ops") {
+                println!("==> bench: XDP op cost (BPF_PROG_TEST_RUN)");
+                cmd(Command::new(&bench)
+                    .args(["xdp-ops", "--json"])
+                    .arg(results.join("xdp-ops.json")))?;
+            }
+            if wants("allreduce") {
+                setup::bench()?;
+                println!("==> bench: all-reduce, NetDAM vs OpenMPI vs a userspace UDP ring (4 nodes, 1 KiB to 64 MiB)");
+                cmd(Command::new(&bench)
+                    .env("NETDAM_BIN", netdam_bin(&root))
+                    .args(["allreduce", "--out"])
+                    .arg(&results))?;
+            }
+            if wants("node") {
+                println!("==> bench: one node, WRITE throughput vs XDP_DROP and a userspace server, READ latency");
+                cmd(Command::new(&bench)
+                    .env("NETDAM_BIN", netdam_bin(&root))
+                    .args(["node", "--out"])
+                    .arg(&results))?;
+            }
+            if wants("msg") {
+                println!("==> bench: MSG into AF_XDP vs recvmmsg; host bytes per WRITE_NOTIFY vs the socket");
+                cmd(Command::new(&bench)
+                    .env("NETDAM_BIN", netdam_bin(&root))
+                    .args(["msg", "--out"])
+                    .arg(&results))?;
+            }
+            if wants("memwall") {
+                println!("==> bench: the memory wall (netdam bench memwall)");
+                cmd(Command::new(netdam_bin(&root))
+                    .args(["bench", "memwall", "--out"])
+                    .arg(&results))?;
+            }
+            Ok(())
         }
     }
 }
