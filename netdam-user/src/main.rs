@@ -19,7 +19,7 @@ use netdam_user::{
         inputs,
         sweep::{self, SweepSpec},
         table::{self, MemberRow},
-        Allreduce, Collective, CollectiveConfig, Group,
+        Allreduce, Collective, CollectiveConfig, Group, TxPath,
     },
     controller::{neighbours, pins, split::SplitTable, AttachMode, Interface, LocalNode, Node, NodeSpec},
     memwall::{self, MemwallConfig},
@@ -232,6 +232,9 @@ struct SweepArgs {
     warmup: u32,
     #[arg(long, default_value = "ndar")]
     prefix: String,
+    /// How members send their chunks: socket, injector or af-xdp (--inject / --afxdp-tx of `netdam allreduce`).
+    #[arg(long, default_value = "socket", value_parser = parse_transmit)]
+    transmit: TxPath,
     /// Where the JSON and the SVG plot go.
     #[arg(long, default_value = "results")]
     out: PathBuf,
@@ -573,8 +576,13 @@ struct AllreduceArgs {
     /// Send the chunks a batch at a time through the node's injector
     /// (BPF_PROG_TEST_RUN with live frames) instead of one system call each
     /// through a UDP socket. Slower on Linux 6.18: see docs/collective.md.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "afxdp_tx")]
     inject: bool,
+    /// Send the chunks as frames through an AF_XDP socket's TX ring (a batch
+    /// per system call) instead of the UDP socket. Not beside `netdam recv`
+    /// on the same node (one AF_XDP socket per queue). See docs/collective.md.
+    #[arg(long)]
+    afxdp_tx: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -737,6 +745,15 @@ async fn run(cli: Cli) -> Result<()> {
             println!("removed {} pin(s) from {}", removed.len(), dir.display());
             Ok(())
         }
+    }
+}
+
+fn parse_transmit(s: &str) -> Result<TxPath, String> {
+    match s {
+        "socket" => Ok(TxPath::Socket),
+        "injector" => Ok(TxPath::Injector),
+        "af-xdp" => Ok(TxPath::AfXdp),
+        _ => Err(format!("{s:?} is not a way to send: socket, injector or af-xdp")),
     }
 }
 
@@ -1345,6 +1362,7 @@ fn allreduce(a: AllreduceArgs) -> Result<()> {
         patience: Duration::from_secs(a.patience),
         sync_addr: a.sync_addr,
         inject: a.inject,
+        afxdp_tx: a.afxdp_tx,
     };
     let group = Group {
         members: a.group.clone(),
@@ -1405,7 +1423,7 @@ fn allreduce(a: AllreduceArgs) -> Result<()> {
         resent: reports.iter().map(|r| r.resent).sum(),
         not_ready: reports.iter().map(|r| r.not_ready).sum(),
         generations: (reports[0].generation, last.generation),
-        injected: coll.injects(),
+        transmit: coll.transmit(),
     };
     if a.json {
         println!("{}", serde_json::to_string(&row)?);
@@ -1434,6 +1452,7 @@ fn allreduce_sweep(a: SweepArgs) -> Result<()> {
         iters: a.iters,
         warmup: a.warmup,
         prefix: a.prefix.clone(),
+        transmit: a.transmit,
     };
     let sizes = spec.sizes()?;
     eprintln!(

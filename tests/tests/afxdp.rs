@@ -57,16 +57,24 @@ enum Got {
     },
 }
 
+/// Makes a receiver wait before its first `recv` (so that the fill ring runs
+/// dry), then report the kernel's counters once it has taken `first` frames
+/// and given them back.
+struct Hold {
+    go: mpsc::Receiver<()>,
+    first: usize,
+    drained: mpsc::Sender<XskStats>,
+}
+
 /// A receiver thread in `netns`: opens an endpoint, says so, then receives
-/// until it has `want` deliveries or `limit` passed. With `hold`, it waits
-/// for that signal before its first `recv` (so that the fill ring runs dry).
+/// until it has `want` deliveries or `limit` passed.
 fn receiver(
     netns: &str,
     pin_dir: PathBuf,
     cfg: EndpointConfig,
     want: usize,
     limit: Duration,
-    hold: Option<mpsc::Receiver<()>>,
+    mut hold: Option<Hold>,
 ) -> (mpsc::Receiver<()>, std::thread::JoinHandle<(Vec<Got>, XskStats)>) {
     let (ready_tx, ready) = mpsc::channel();
     let file = std::fs::File::open(format!("/run/netns/{netns}")).expect("netns");
@@ -74,8 +82,8 @@ fn receiver(
         nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
         let mut ep = Endpoint::open(&pin_dir, cfg).expect("open the endpoint");
         ready_tx.send(()).unwrap();
-        if let Some(h) = hold {
-            h.recv().unwrap();
+        if let Some(h) = &hold {
+            h.go.recv().unwrap();
         }
         let mut got = Vec::new();
         let end = Instant::now() + limit;
@@ -83,6 +91,11 @@ fn receiver(
             let r = ep.recv(Duration::from_millis(50)).expect("recv");
             for d in r.iter() {
                 got.push(copy_out(&d, r.memory()));
+            }
+            drop(r);
+            if hold.as_ref().is_some_and(|h| got.len() >= h.first) {
+                let h = hold.take().expect("hold");
+                h.drained.send(ep.stats().unwrap()).unwrap();
             }
         }
         (got, ep.stats().unwrap())
@@ -238,15 +251,20 @@ fn a_dry_fill_ring_drops_and_counts_then_delivery_resumes() {
     let (tb, _served) = setup();
     let frames = 64;
     let burst = 200usize;
-    let (hold_tx, hold) = mpsc::channel();
+    let (hold_tx, go) = mpsc::channel();
+    let (drained, drained_rx) = mpsc::channel();
     let cfg = EndpointConfig { frames, batch: 16 };
     let (ready, rx) = receiver(
         &tb.hosts[1].netns,
         tb.hosts[1].pin_dir.clone(),
         cfg,
-        burst + 50,
+        frames as usize + 50,
         Duration::from_secs(20),
-        Some(hold),
+        Some(Hold {
+            go,
+            first: frames as usize,
+            drained,
+        }),
     );
     ready.recv_timeout(Duration::from_secs(10)).expect("the endpoint opens");
     // A burst of MSGs without ACK_REQ while the receiver takes nothing: the
@@ -271,6 +289,11 @@ fn a_dry_fill_ring_drops_and_counts_then_delivery_resumes() {
     .unwrap();
     std::thread::sleep(Duration::from_millis(200));
     hold_tx.send(()).unwrap();
+    // The kernel's count once the held frames are back in the fill ring,
+    // before anything else is sent.
+    let stats = drained_rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the receiver takes the 64 frames the burst filled");
     // Delivery resumes: acknowledged messages all arrive.
     let acked = client_in(&tb, 0, 200, |c| async move {
         for i in 0..50 {
@@ -278,7 +301,7 @@ fn a_dry_fill_ring_drops_and_counts_then_delivery_resumes() {
         }
         50
     });
-    let (got, stats) = rx.join().expect("receiver");
+    let (got, _) = rx.join().expect("receiver");
     let first: Vec<(u32, &Vec<u8>)> = got
         .iter()
         .filter_map(|g| match g {

@@ -15,7 +15,7 @@ use netdam_tests::{
     unique_prefix, Rng,
 };
 use netdam_user::{
-    collective::{inputs::member_input, Allreduce, CollectiveConfig},
+    collective::{inputs::member_input, Allreduce, CollectiveConfig, TxPath},
     controller::LocalNode,
     testbed::{Chaos, Testbed},
 };
@@ -137,9 +137,33 @@ fn chunks_sent_through_the_injector_are_bit_exact() {
     }
     let ins = inputs(9, 3, &op(100, Dtype::I32, Alu::Add));
     for answer in ring.allreduce(&op(100, Dtype::I32, Alu::Add), &ins) {
-        assert!(
-            answer.expect("all-reduce").0.injected,
+        assert_eq!(
+            answer.expect("all-reduce").0.transmit,
+            TxPath::Injector,
             "the chunks left through the injector"
+        );
+    }
+}
+
+#[test]
+fn chunks_sent_through_an_af_xdp_tx_ring_are_bit_exact() {
+    let cfg = CollectiveConfig {
+        afxdp_tx: true,
+        ..CollectiveConfig::default()
+    };
+    let ring = Ring::new(3, "4MiB", cfg);
+    for (dtype, alu) in [(Dtype::I32, Alu::Add), (Dtype::F32, Alu::Add), (Dtype::U64, Alu::Min)] {
+        let e = ring_chunk_elems(1500, 3, dtype.width()) as u64;
+        for count in [1, 3 * e + 1, 100_000] {
+            check(&ring, &op(count, dtype, alu), count);
+        }
+    }
+    let ins = inputs(9, 3, &op(100, Dtype::I32, Alu::Add));
+    for answer in ring.allreduce(&op(100, Dtype::I32, Alu::Add), &ins) {
+        assert_eq!(
+            answer.expect("all-reduce").0.transmit,
+            TxPath::AfXdp,
+            "the chunks left through AF_XDP"
         );
     }
 }

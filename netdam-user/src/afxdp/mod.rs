@@ -14,7 +14,7 @@ mod socket;
 mod umem;
 
 pub use endpoint::{Delivery, Endpoint, EndpointConfig, HeldFrame, Received};
-pub use socket::{XskSocket, XskStats};
+pub use socket::{Direction, XskSocket, XskStats};
 pub use umem::{Backing, Umem};
 
 use thiserror::Error;

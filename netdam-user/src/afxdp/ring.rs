@@ -103,7 +103,12 @@ impl<T: Copy> Ring<T> {
         n
     }
 
-    // Consumer side (RX ring).
+    /// Producer side: entries published that the kernel has not consumed yet.
+    pub fn pending(&self) -> u32 {
+        self.local.wrapping_sub(self.consumer())
+    }
+
+    // Consumer side (RX and completion rings).
 
     /// Entries the kernel has published and this consumer has not read.
     pub fn available(&self) -> u32 {

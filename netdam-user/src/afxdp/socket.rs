@@ -26,15 +26,27 @@ impl std::ops::AddAssign for XskStats {
     }
 }
 
+/// Which way a socket carries frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// Receives: every frame starts in the fill ring.
+    Rx,
+    /// Transmits: every frame starts on the free list.
+    Tx,
+}
+
 pub struct XskSocket {
     // Dropped first: the kernel stops using the rings and UMEM when the socket closes.
     fd: OwnedFd,
     fill: Ring<u64>,
-    rx: Ring<libc::xdp_desc>,
-    _completion: Ring<u64>,
+    /// The RX ring (Rx) or the TX ring (Tx).
+    ring: Ring<libc::xdp_desc>,
+    completion: Ring<u64>,
     umem: Umem,
     queue: u32,
     zero_copy: bool,
+    /// Tx: UMEM frames not queued for transmission.
+    free: Vec<u64>,
 }
 
 fn setsockopt<T>(fd: &OwnedFd, opt: libc::c_int, v: &T, what: &str) -> Result<(), XskError> {
@@ -72,6 +84,11 @@ impl XskSocket {
     /// `frames` entries. Zero-copy where the driver has it, copy mode
     /// otherwise (veth); XDP_USE_NEED_WAKEUP either way.
     pub fn bind(ifindex: u32, queue: u32, frames: u32) -> Result<XskSocket, XskError> {
+        XskSocket::bind_for(ifindex, queue, frames, Direction::Rx)
+    }
+
+    /// `bind`, for `dir`.
+    pub fn bind_for(ifindex: u32, queue: u32, frames: u32, dir: Direction) -> Result<XskSocket, XskError> {
         if !(64..=65536).contains(&frames) || !frames.is_power_of_two() {
             return Err(XskError::Frames(frames));
         }
@@ -100,21 +117,36 @@ impl XskSocket {
         setsockopt(
             &fd,
             libc::XDP_UMEM_COMPLETION_RING,
-            &64u32,
+            &frames,
             "sizing the completion ring",
         )?;
-        setsockopt(&fd, libc::XDP_RX_RING, &frames, "sizing the RX ring")?;
+        let (opt, name) = match dir {
+            Direction::Rx => (libc::XDP_RX_RING, "RX"),
+            Direction::Tx => (libc::XDP_TX_RING, "TX"),
+        };
+        setsockopt(&fd, opt, &frames, &format!("sizing the {name} ring"))?;
         let off: libc::xdp_mmap_offsets = getsockopt(&fd, libc::XDP_MMAP_OFFSETS, "reading the ring offsets")?;
         let mut fill = Ring::<u64>::map(fd.as_fd(), &off.fr, frames, libc::XDP_UMEM_PGOFF_FILL_RING, "fill")?;
         let completion = Ring::<u64>::map(
             fd.as_fd(),
             &off.cr,
-            64,
+            frames,
             libc::XDP_UMEM_PGOFF_COMPLETION_RING,
             "completion",
         )?;
-        let rx = Ring::<libc::xdp_desc>::map(fd.as_fd(), &off.rx, frames, libc::XDP_PGOFF_RX_RING as u64, "RX")?;
-        fill.produce((0..frames as u64).map(|i| i * UMEM_FRAME as u64));
+        let (ring_off, pgoff) = match dir {
+            Direction::Rx => (&off.rx, libc::XDP_PGOFF_RX_RING as u64),
+            Direction::Tx => (&off.tx, libc::XDP_PGOFF_TX_RING as u64),
+        };
+        let ring = Ring::<libc::xdp_desc>::map(fd.as_fd(), ring_off, frames, pgoff, name)?;
+        let all = (0..frames as u64).map(|i| i * UMEM_FRAME as u64);
+        let free = match dir {
+            Direction::Rx => {
+                fill.produce(all);
+                Vec::new()
+            }
+            Direction::Tx => all.collect(),
+        };
         let bind = |flags: u16| {
             let sa = libc::sockaddr_xdp {
                 sxdp_family: libc::AF_XDP as u16,
@@ -165,11 +197,12 @@ impl XskSocket {
         Ok(XskSocket {
             fd,
             fill,
-            rx,
-            _completion: completion,
+            ring,
+            completion,
             umem,
             queue,
             zero_copy,
+            free,
         })
     }
 
@@ -191,7 +224,7 @@ impl XskSocket {
 
     /// Moves up to `max` received descriptors into `out`.
     pub(crate) fn take(&mut self, max: u32, out: &mut Vec<libc::xdp_desc>) -> u32 {
-        self.rx.consume(max, out)
+        self.ring.consume(max, out)
     }
 
     /// The bytes of a received descriptor.
@@ -219,6 +252,65 @@ impl XskSocket {
                 )
             };
         }
+    }
+
+    /// Tx: copies `frame` into a free UMEM frame and queues it on the TX
+    /// ring. False when no frame is free (call `kick`, which reclaims).
+    pub fn queue_tx(&mut self, frame: &[u8]) -> bool {
+        let max = (UMEM_FRAME - netdam_common::split::UMEM_HEADROOM) as usize;
+        assert!(
+            frame.len() <= max,
+            "a {}-byte frame does not fit a UMEM frame",
+            frame.len()
+        );
+        let Some(addr) = self.free.pop() else { return false };
+        self.umem.frame_mut(addr)[..frame.len()].copy_from_slice(frame);
+        let desc = libc::xdp_desc {
+            addr,
+            len: frame.len() as u32,
+            options: 0,
+        };
+        if self.ring.produce([desc]) == 1 {
+            true
+        } else {
+            self.free.push(addr);
+            false
+        }
+    }
+
+    /// Tx: makes the kernel send what is queued (in copy mode it sends a
+    /// batch of 32 per call, so this calls until the ring is empty or the
+    /// device pushes back) and takes finished frames back.
+    pub fn kick(&mut self) -> std::io::Result<()> {
+        for _ in 0..1024 {
+            if self.ring.pending() == 0 {
+                break;
+            }
+            // SAFETY: a zero-length non-blocking sendto only starts transmission.
+            let r = unsafe {
+                libc::sendto(
+                    self.fd.as_raw_fd(),
+                    std::ptr::null(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null(),
+                    0,
+                )
+            };
+            if r < 0 {
+                let e = std::io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EAGAIN | libc::EBUSY) => continue,
+                    // The device queue is full: what is left goes with the next kick.
+                    Some(libc::ENOBUFS) => break,
+                    _ => return Err(e),
+                }
+            }
+        }
+        let mut done = Vec::new();
+        self.completion.consume(u32::MAX, &mut done);
+        self.free.extend(done);
+        Ok(())
     }
 
     pub fn stats(&self) -> Result<XskStats, XskError> {

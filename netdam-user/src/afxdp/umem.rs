@@ -96,6 +96,16 @@ impl Umem {
     }
 }
 
+impl Umem {
+    /// The UMEM frame at offset `addr`, to fill for transmission.
+    pub(crate) fn frame_mut(&mut self, addr: u64) -> &mut [u8] {
+        let a = addr as usize;
+        assert!(a + UMEM_FRAME as usize <= self.len, "frame outside the UMEM");
+        // SAFETY: inside the mapping (asserted); a frame on the free list, which the kernel does not use.
+        unsafe { std::slice::from_raw_parts_mut(self.area.as_ptr().add(a), UMEM_FRAME as usize) }
+    }
+}
+
 impl Drop for Umem {
     fn drop(&mut self) {
         // SAFETY: the mapping made in `new`; the socket using it is closed first.

@@ -24,6 +24,7 @@
 //! The sync area of a group of N: N u64 slots (the generation each member
 //! finished), then one u64 cell (the generation this member raised).
 
+pub mod afxdp_tx;
 mod exchange;
 pub mod inject;
 pub mod inputs;
@@ -36,6 +37,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use afxdp_tx::AfXdpTx;
 use exchange::{exchange, Pacing, Requests, Sent, SocketTx, Stopped};
 use inject::{Batch, Injector};
 use netdam_common::{
@@ -108,6 +110,10 @@ pub struct CollectiveConfig {
     /// milliseconds whatever its size, far more than the socket's sends
     /// (docs/collective.md).
     pub inject: bool,
+    /// Send the first packet of each chunk as a frame through an AF_XDP
+    /// socket's TX ring (a batch of frames per system call). Off by default
+    /// (docs/collective.md has the measurement); not with `inject`.
+    pub afxdp_tx: bool,
 }
 
 impl Default for CollectiveConfig {
@@ -120,6 +126,7 @@ impl Default for CollectiveConfig {
             patience: Duration::from_secs(30),
             sync_addr: 0,
             inject: false,
+            afxdp_tx: false,
         }
     }
 }
@@ -241,8 +248,20 @@ pub struct Report {
     pub not_ready: u64,
     /// From the raise of the generation to the completion of the sync area.
     pub elapsed: Duration,
-    /// Whether the chunks left through the node's injector.
-    pub injected: bool,
+    /// How the chunks left.
+    pub transmit: TxPath,
+}
+
+/// How a member's chunk requests leave the host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TxPath {
+    /// A UDP socket, one system call a request.
+    Socket,
+    /// The node's XDP injector (BPF_PROG_TEST_RUN with live frames), one call a batch.
+    Injector,
+    /// An AF_XDP socket's TX ring, one call a batch of 32 (copy mode).
+    AfXdp,
 }
 
 /// What the engine needs of its member's node: its address, its memory,
@@ -257,6 +276,10 @@ pub trait MemberNode {
     fn set_generation(&mut self, rkey: u32, generation: u32) -> Result<(), ControllerError>;
     /// The node's injector, if it has one (an XDP node that pinned it).
     fn injector(&self) -> Option<Result<Injector, ControllerError>> {
+        None
+    }
+    /// An AF_XDP TX socket on the node's interface, if it can have one.
+    fn afxdp_tx(&self) -> Option<Result<AfXdpTx, CollectiveError>> {
         None
     }
 }
@@ -283,6 +306,9 @@ impl MemberNode for LocalNode {
                 .and_then(|ifindex| Injector::open(self.pin_dir(), ifindex)),
         )
     }
+    fn afxdp_tx(&self) -> Option<Result<AfXdpTx, CollectiveError>> {
+        Some(AfXdpTx::open(self))
+    }
 }
 
 /// A member's side of the group's collectives.
@@ -295,6 +321,8 @@ pub struct Collective<N: MemberNode = LocalNode> {
     origin: (Ipv4Addr, u16),
     /// The node's injector, when the config asks for it and the node has one.
     injector: Option<Injector>,
+    /// The AF_XDP TX socket, when the config asks for it and the node can have one.
+    afxdp_tx: Option<AfXdpTx>,
 }
 
 impl<N: MemberNode> Collective<N> {
@@ -333,6 +361,14 @@ impl<N: MemberNode> Collective<N> {
             }
             _ => None,
         };
+        let afxdp_tx = match (cfg.afxdp_tx && injector.is_none(), node.afxdp_tx()) {
+            (true, Some(Ok(t))) => Some(t),
+            (true, Some(Err(e))) => {
+                log::warn!("no AF_XDP TX socket ({e}): chunks leave through the UDP socket");
+                None
+            }
+            _ => None,
+        };
         Ok(Collective {
             node,
             group,
@@ -341,6 +377,7 @@ impl<N: MemberNode> Collective<N> {
             sock,
             origin: (me, port),
             injector,
+            afxdp_tx,
         })
     }
 
@@ -400,7 +437,7 @@ impl<N: MemberNode> Collective<N> {
             resent: chunks.resent,
             not_ready: chunks.not_ready,
             elapsed: started.elapsed(),
-            injected: self.injector.is_some(),
+            transmit: self.transmit(),
         })
     }
 
@@ -580,8 +617,18 @@ impl<N: MemberNode> Collective<N> {
             tag: generation,
         };
         let mut read_failed = None;
-        let result = match (self.injector.as_mut(), mine.first()) {
-            (Some(injector), Some(&first)) => {
+        let node = &self.node;
+        let build = |i: usize, seq: u32, buf: &mut Vec<u8>| {
+            req.chunk_header(plan, mine[i], seq, buf);
+            let (off, len) = plan.span(mine[i]);
+            let at = buf.len();
+            buf.resize(at + len, 0);
+            if let Err(e) = node.read(op.input_addr + off, &mut buf[at..]) {
+                read_failed.get_or_insert(e);
+            }
+        };
+        let result = match (self.injector.as_mut(), self.afxdp_tx.as_mut(), mine.first()) {
+            (Some(injector), _, Some(&first)) => {
                 let mut netdam = Vec::new();
                 req.chunk_header(plan, first, reqs.seq_base, &mut netdam);
                 injector.prepare(&Batch {
@@ -598,20 +645,15 @@ impl<N: MemberNode> Collective<N> {
                 });
                 exchange(&self.sock, &pacing, reqs, injector, |_, _| {})
             }
+            (None, Some(xsk), Some(_)) => {
+                let mut tx = xsk.to(self.origin.1, first_hop, build)?;
+                exchange(&self.sock, &pacing, reqs, &mut tx, |_, _| {})
+            }
             _ => {
-                let node = &self.node;
                 let mut tx = SocketTx {
                     sock: &self.sock,
                     dest: |_: usize| first_hop,
-                    build: |i: usize, seq: u32, buf: &mut Vec<u8>| {
-                        req.chunk_header(plan, mine[i], seq, buf);
-                        let (off, len) = plan.span(mine[i]);
-                        let at = buf.len();
-                        buf.resize(at + len, 0);
-                        if let Err(e) = node.read(op.input_addr + off, &mut buf[at..]) {
-                            read_failed.get_or_insert(e);
-                        }
-                    },
+                    build,
                     buf: Vec::new(),
                 };
                 exchange(&self.sock, &pacing, reqs, &mut tx, |_, _| {})
@@ -623,9 +665,13 @@ impl<N: MemberNode> Collective<N> {
         result.map_err(|stop| self.explain(stop, generation, "chunk", |i| mine[i].to_string(), |i| mine[i]))
     }
 
-    /// Whether chunks leave through the node's injector.
-    pub fn injects(&self) -> bool {
-        self.injector.is_some()
+    /// How chunks leave.
+    pub fn transmit(&self) -> TxPath {
+        match (&self.injector, &self.afxdp_tx) {
+            (Some(_), _) => TxPath::Injector,
+            (None, Some(_)) => TxPath::AfXdp,
+            (None, None) => TxPath::Socket,
+        }
     }
 
     /// Turns an exchange that stopped short into the error a person can act on.

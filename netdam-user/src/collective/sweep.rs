@@ -31,6 +31,8 @@ pub struct SweepSpec {
     pub warmup: u32,
     /// Testbed name prefix.
     pub prefix: String,
+    /// How members send their chunks.
+    pub transmit: super::TxPath,
 }
 
 #[derive(Debug, Error)]
@@ -134,6 +136,12 @@ pub fn sweep(netdam: &Path, spec: &SweepSpec, mut row: impl FnMut(&Row)) -> Resu
         ]
         .map(String::from)
         .to_vec();
+        let mut args = args;
+        match spec.transmit {
+            super::TxPath::Socket => {}
+            super::TxPath::Injector => args.push("--inject".into()),
+            super::TxPath::AfXdp => args.push("--afxdp-tx".into()),
+        }
         let members: Vec<Child> = (0..spec.nodes)
             .map(|i| {
                 let mut cmd = tb.command(i, netdam)?;

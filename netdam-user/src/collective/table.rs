@@ -30,8 +30,8 @@ pub struct MemberRow {
     pub resent: u64,
     pub not_ready: u64,
     pub generations: (u32, u32),
-    /// Whether chunks left through the node's injector (else the socket).
-    pub injected: bool,
+    /// How chunks left.
+    pub transmit: super::TxPath,
 }
 
 /// A row of the nccl-tests table.
@@ -159,7 +159,7 @@ mod tests {
             resent: 0,
             not_ready: 0,
             generations: (1, 1),
-            injected: true,
+            transmit: super::TxPath::Injector,
         };
         let r = Row::of_group(&[m(0, 1000.0, 0), m(1, 2000.0, 3), m(2, 1500.0, 0), m(3, 10.0, 1)]).unwrap();
         assert_eq!(r.time_us, 2000.0);

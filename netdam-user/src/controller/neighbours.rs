@@ -11,20 +11,40 @@ use std::{
 /// The discard port: a datagram there only makes the kernel resolve the address.
 const DISCARD_PORT: u16 = 9;
 
-/// Peers of `peers` that have a complete ARP entry on `iface`.
-pub fn resolved(iface: &str, peers: &[Ipv4Addr]) -> Vec<Ipv4Addr> {
-    let table = std::fs::read_to_string("/proc/net/arp").unwrap_or_default();
-    let complete: Vec<Ipv4Addr> = table
+/// The complete ARP entries on `iface`: (address, MAC).
+fn complete(iface: &str) -> Vec<(Ipv4Addr, [u8; 6])> {
+    // The calling thread's namespace: a thread may have entered another than its process.
+    let table = std::fs::read_to_string("/proc/thread-self/net/arp").unwrap_or_default();
+    table
         .lines()
         .skip(1)
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             // IP address, HW type, Flags, HW address, Mask, Device; flag 0x2 = complete.
             let flags = u32::from_str_radix(f.get(2)?.trim_start_matches("0x"), 16).ok()?;
-            (f.get(5) == Some(&iface) && flags & 0x2 != 0).then(|| f[0].parse().ok())?
+            if f.get(5) != Some(&iface) || flags & 0x2 == 0 {
+                return None;
+            }
+            let mac: Vec<u8> = f[3].split(':').filter_map(|b| u8::from_str_radix(b, 16).ok()).collect();
+            Some((f[0].parse().ok()?, mac.try_into().ok()?))
         })
-        .collect();
-    peers.iter().copied().filter(|p| complete.contains(p)).collect()
+        .collect()
+}
+
+/// Peers of `peers` that have a complete ARP entry on `iface`.
+pub fn resolved(iface: &str, peers: &[Ipv4Addr]) -> Vec<Ipv4Addr> {
+    let complete = complete(iface);
+    peers
+        .iter()
+        .copied()
+        .filter(|p| complete.iter().any(|(a, _)| a == p))
+        .collect()
+}
+
+/// The MAC of `ip` on `iface`, resolving it first (up to `wait`) if need be.
+pub fn mac_of(iface: &str, own: Ipv4Addr, ip: Ipv4Addr, wait: Duration) -> Option<[u8; 6]> {
+    resolve(iface, own, &[ip], wait);
+    complete(iface).into_iter().find(|(a, _)| *a == ip).map(|(_, m)| m)
 }
 
 /// Makes the kernel resolve every peer without an entry on `iface`, waiting
