@@ -1419,8 +1419,8 @@ MSG and WRITE_NOTIFY are handed to it (verdict redirect, output the frame as
 the socket receives it).
 
 Not covered yet (and why): NOT_READY under compare-and-swap contention (not
-deterministic); an MSG larger than a UMEM frame (needs a jumbo frame, which
-BPF_PROG_TEST_RUN splits into fragments); header split (section 9: it takes
+deterministic); an MSG larger than a UMEM frame (needs a jumbo frame;
+tested on a jumbo testbed, `tests/afxdp.rs`); header split (section 9: it takes
 a slot of a ring in NetDAM memory whose position is state outside the
 vector format; tested on the testbed, `tests/afxdp.rs`).
 

@@ -70,7 +70,8 @@ fn verdict(ctx: &XdpContext, r: Result<u32, Verdict>) -> u32 {
 
 /// Lets every frame through. The testbed attaches it to the switch side of
 /// each veth: veth delivers XDP_TX frames only to a peer that runs XDP.
-#[xdp]
+/// Frags-aware, so that it attaches to a jumbo-MTU testbed too.
+#[xdp(frags)]
 pub fn netdam_pass(_ctx: XdpContext) -> u32 {
     xdp_action::XDP_PASS
 }

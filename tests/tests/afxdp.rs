@@ -402,3 +402,56 @@ fn split_datagrams_rebuild_exactly_from_1_byte_to_the_mtu() {
         );
     }
 }
+
+#[test]
+fn an_msg_larger_than_a_umem_frame_is_dropped_and_counted_not_truncated() {
+    require_root();
+    let tb = Testbed::up(&unique_prefix(), 2, 9000).expect("testbed up");
+    let args: Vec<String> = [
+        "--mem-size",
+        "16MiB",
+        "--region",
+        "0x1234:0:16MiB:rwm",
+        "--mode",
+        "native",
+    ]
+    .map(String::from)
+    .to_vec();
+    let _served = tb.serve(1, &netdam_bin(), &args).expect("netdam serve");
+    let (ready, rx) = receiver(
+        &tb.hosts[1].netns,
+        tb.hosts[1].pin_dir.clone(),
+        EndpointConfig::default(),
+        2,
+        Duration::from_secs(3),
+        None,
+    );
+    ready.recv_timeout(Duration::from_secs(10)).expect("the endpoint opens");
+    // From IPv4 on: 20 + 8 + 32 + body. 3780 fits the 3840 bytes a UMEM
+    // frame holds after the kernel's headroom; 3781 and 8000 do not.
+    let bodies = [3780usize, 3781, 8000];
+    tb.in_host(0, move || {
+        let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+        for (i, n) in bodies.iter().enumerate() {
+            let mut h = netdam_common::NetdamHdr::request(netdam_common::Opcode::Msg);
+            h.set_rkey(RKEY);
+            h.set_seq(i as u32);
+            h.set_len(*n as u16);
+            let mut p = h.to_bytes().to_vec();
+            p.extend_from_slice(&body(i, *n));
+            s.send_to(&p, "198.18.0.2:4793").unwrap();
+        }
+    })
+    .unwrap();
+    let (got, _) = rx.join().expect("receiver");
+    let sizes: Vec<usize> = got
+        .iter()
+        .map(|g| match g {
+            Got::Msg { body, .. } => body.len(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(sizes, [3780], "only the MSG that fits a UMEM frame is delivered, whole");
+    let stats = netdam_user::stats::Stats::read_pinned(&tb.hosts[1].pin_dir).unwrap();
+    assert_eq!(stats.event(netdam_common::counters::Event::DropTooLargeForUmem), 2);
+}
