@@ -159,7 +159,7 @@ mod tests {
             resent: 0,
             not_ready: 0,
             generations: (1, 1),
-            transmit: super::TxPath::Injector,
+            transmit: crate::collective::TxPath::Injector,
         };
         let r = Row::of_group(&[m(0, 1000.0, 0), m(1, 2000.0, 3), m(2, 1500.0, 0), m(3, 10.0, 1)]).unwrap();
         assert_eq!(r.time_us, 2000.0);
