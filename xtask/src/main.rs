@@ -55,6 +55,9 @@ enum Cmd {
         /// Timed all-reduces per size.
         #[arg(long, default_value_t = 5)]
         iters: u32,
+        /// How members send their chunks: socket, injector or af-xdp.
+        #[arg(long, default_value = "socket")]
+        transmit: String,
         /// Print JSON rows instead of the table.
         #[arg(long)]
         json: bool,
@@ -167,6 +170,7 @@ fn run(cli: Cli) -> Result<()> {
             min_bytes,
             max_bytes,
             iters,
+            transmit,
             json,
         } => {
             setup::run()?;
@@ -185,7 +189,14 @@ fn run(cli: Cli) -> Result<()> {
                 "--max-bytes",
                 &max_bytes,
             ]);
-            c.args(["--iters", &iters.to_string(), "--out", "results"]);
+            c.args([
+                "--iters",
+                &iters.to_string(),
+                "--transmit",
+                &transmit,
+                "--out",
+                "results",
+            ]);
             if json {
                 c.arg("--json");
             }
