@@ -6,6 +6,8 @@
 //! `node`: WRITE throughput and READ latency of one node against the
 //! XDP_DROP ceiling and a userspace server (`node.rs`).
 //!
+//! `fpga`: the HLS port's C engine beside the XDP program (`fpga.rs`).
+//!
 //! `msg`: MSG delivery into AF_XDP against recvmmsg, and the bytes
 //! WRITE_NOTIFY hands the host (`msg.rs`, on the memory-wall rig).
 //!
@@ -16,6 +18,7 @@
 //! kernel-measured durations, so syscall overhead is not in it.
 
 mod allreduce;
+mod fpga;
 mod msg;
 mod node;
 mod udp_node;
@@ -47,6 +50,8 @@ enum Cmd {
     /// One node: WRITE 1 KiB throughput against the XDP_DROP ceiling and a userspace
     /// server, READ 64 B latency against the userspace server.
     Node(node::Args),
+    /// The HLS port's C engine beside the XDP program: NOP, WRITE 1 KiB, ACCUMULATE 1 KiB.
+    Fpga(fpga::Args),
     /// MSG into AF_XDP vs recvmmsg (64 B, 1 KiB); host bytes per 1 KiB WRITE_NOTIFY vs the socket.
     Msg(msg::Args),
     /// ns per packet of each op inside XDP (BPF_PROG_TEST_RUN), medians.
@@ -100,6 +105,7 @@ fn main() -> Result<()> {
         Cmd::Allreduce(a) => allreduce::run(a),
         Cmd::Node(a) => node::run(a),
         Cmd::Msg(a) => msg::run(a),
+        Cmd::Fpga(a) => fpga::run(a),
     }
 }
 
@@ -123,6 +129,37 @@ fn plain(op: Opcode, len: u16, payload: usize, ack: bool) -> Vec<u8> {
         h.flags = flags::ACK_REQ;
     }
     netdam_frame(&CLIENT, &NODE, &h, &vec![0x5A; payload])
+}
+
+/// Median and p90 of the kernel-measured ns of `runs` BPF_PROG_TEST_RUNs of case `c`.
+fn measure(node: &netdam_user::Node, c: &mut Case, runs: u32, seq: &mut u32) -> Result<(u64, u64)> {
+    // The NetDAM header's seq field: after Ethernet, IPv4 and UDP, at header offset 8.
+    const SEQ_AT: usize = 14 + 20 + 8 + 8;
+    let zeros = vec![0u8; 1024];
+    let mut out = vec![0u8; c.frame.len() + 256];
+    let mut ns: Vec<u64> = Vec::with_capacity(runs as usize);
+    for _ in 0..runs {
+        // Both outside the timed run.
+        if c.zero_memory {
+            node.memory().write(RW.base, &zeros)?;
+        }
+        if c.fresh_seq {
+            *seq = seq.wrapping_add(1);
+            c.frame[SEQ_AT..SEQ_AT + 4].copy_from_slice(&seq.to_be_bytes());
+        }
+        let opts = TestRunOptions {
+            data_in: Some(&c.frame[..]),
+            data_out: Some(&mut out),
+            ..Default::default()
+        };
+        let r = node
+            .program()
+            .test_run(opts)
+            .with_context(|| format!("BPF_PROG_TEST_RUN of {}", c.name))?;
+        ns.push(r.duration.as_nanos() as u64);
+    }
+    ns.sort_unstable();
+    Ok((ns[ns.len() / 2], ns[ns.len() * 9 / 10]))
 }
 
 fn xdp_ops(runs: u32, json: Option<PathBuf>) -> Result<()> {
@@ -157,47 +194,20 @@ fn xdp_ops(runs: u32, json: Option<PathBuf>) -> Result<()> {
             ..Case::new(&name, vector(Opcode::Accumulate, *d, Alu::Max, 1024), 1024)
         });
     }
-    let zeros = vec![0u8; 1024];
     let mut rows = Vec::new();
-    // The NetDAM header's seq field: after Ethernet, IPv4 and UDP, at header offset 8.
-    const SEQ_AT: usize = 14 + 20 + 8 + 8;
     let mut seq: u32 = 1;
     for c in &mut cases {
-        let name = &c.name;
-        eprint!("  {name} ...");
-        let mut out = vec![0u8; c.frame.len() + 256];
-        let mut ns: Vec<u64> = Vec::with_capacity(runs as usize);
-        for _ in 0..runs {
-            // Both outside the timed run.
-            if c.zero_memory {
-                node.memory().write(RW.base, &zeros)?;
-            }
-            if c.fresh_seq {
-                seq = seq.wrapping_add(1);
-                c.frame[SEQ_AT..SEQ_AT + 4].copy_from_slice(&seq.to_be_bytes());
-            }
-            let opts = TestRunOptions {
-                data_in: Some(&c.frame[..]),
-                data_out: Some(&mut out),
-                ..Default::default()
-            };
-            let r = node
-                .program()
-                .test_run(opts)
-                .with_context(|| format!("BPF_PROG_TEST_RUN of {name}"))?;
-            ns.push(r.duration.as_nanos() as u64);
-        }
-        ns.sort_unstable();
-        let row = Row {
-            op: name.clone(),
+        eprint!("  {} ...", c.name);
+        let (median_ns, p90_ns) = measure(&node, c, runs, &mut seq)?;
+        eprintln!(" {median_ns} ns");
+        rows.push(Row {
+            op: c.name.clone(),
             payload_bytes: c.payload,
-            median_ns: ns[ns.len() / 2],
-            p90_ns: ns[ns.len() * 9 / 10],
+            median_ns,
+            p90_ns,
             ratio: None,
             baseline: None,
-        };
-        eprintln!(" {} ns", row.median_ns);
-        rows.push(row);
+        });
     }
     // Each row of an element type against the i32 row of the same op.
     let medians: Vec<(String, u64)> = rows.iter().map(|r| (r.op.clone(), r.median_ns)).collect();

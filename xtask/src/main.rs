@@ -74,8 +74,8 @@ enum Cmd {
     },
     /// Set up (and OpenMPI), build, run the benchmarks; results (JSON, SVG) go under results/ (not committed).
     Bench {
-        /// Which to run (default: all): xdp-ops, allreduce, node, msg, memwall.
-        #[arg(value_parser = ["xdp-ops", "allreduce", "node", "msg", "memwall"])]
+        /// Which to run (default: all): xdp-ops, allreduce, node, fpga, msg, memwall.
+        #[arg(value_parser = ["xdp-ops", "allreduce", "node", "fpga", "msg", "memwall"])]
         which: Vec<String>,
     },
     /// Set up, build, run every test: host unit tests, then (as root) the XDP program
@@ -265,6 +265,17 @@ fn run(cli: Cli) -> Result<()> {
                     .args(["node", "--out"])
                     .arg(&results))?;
             }
+            if wants("fpga") {
+                setup::fpga_tools()?;
+                cmd(Command::new("make")
+                    .current_dir(&root)
+                    .args(["-C", "fpga-port", "build/bench"]))?;
+                println!("==> bench: the HLS port's C engine beside the XDP program");
+                cmd(Command::new(&bench)
+                    .current_dir(&root)
+                    .args(["fpga", "--json"])
+                    .arg(results.join("fpga.json")))?;
+            }
             if wants("msg") {
                 println!("==> bench: MSG into AF_XDP vs recvmmsg; host bytes per WRITE_NOTIFY vs the socket");
                 cmd(Command::new(&bench)
@@ -329,6 +340,11 @@ fn test(root: &Path, unprivileged: bool) -> Result<()> {
         "--features",
         "model",
     ]))?;
+    println!(
+        "==> tier 1: the HLS port (fpga-port): gcc and clang, sanitizers, the vectors, the synthesizability check"
+    );
+    setup::fpga_tools()?;
+    cmd(Command::new("make").current_dir(root).args(["-C", "fpga-port", "test"]))?;
     if unprivileged {
         println!("tiers 2 and 3 skipped (--unprivileged)");
         return Ok(());

@@ -141,6 +141,41 @@ pub fn bench() -> Result<()> {
     )
 }
 
+/// What the HLS port's checks need (`make -C fpga-port test`): make, gcc
+/// (with its sanitizer runtimes), clang and nm; clang from the
+/// distribution's packages when missing.
+pub fn fpga_tools() -> Result<()> {
+    let missing: Vec<&str> = [("make", "make"), ("gcc", "gcc"), ("nm", "binutils"), ("clang", "clang")]
+        .into_iter()
+        .filter(|(cmd, _)| output(cmd, &["--version"]).is_none())
+        .map(|(_, pkg)| pkg)
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !is_root() {
+        bail!(
+            "the HLS port's checks need {}: apt-get install {}",
+            missing.join(", "),
+            missing.join(" ")
+        );
+    }
+    step(
+        "package lists",
+        "apt-get",
+        &["update", "-qq"],
+        "install the packages by hand",
+    )?;
+    let mut args = vec!["install", "-y", "-qq"];
+    args.extend(&missing);
+    step(
+        "C compilers for fpga-port",
+        "apt-get",
+        &args,
+        "fpga-port is built with gcc and clang; install them by hand",
+    )
+}
+
 /// Kernels before 5.11 charge BPF maps to RLIMIT_MEMLOCK; children inherit
 /// the raised limit. Without CAP_SYS_RESOURCE the soft limit goes up to the hard one.
 fn raise_memlock() {
