@@ -120,29 +120,30 @@ fn sixty_four_mib_on_four_members() {
     check(&ring, &op(count, Dtype::F32, Alu::Add), 2);
 }
 
+/// A 3-member ring whose chunks leave by `path`: bit-exact at one chunk, a
+/// member's last chunk cut short, and many per member, and the reports say
+/// the chunks went that way.
+fn chunks_leave_bit_exact_by(path: TxPath, cfg: CollectiveConfig, many: u64) {
+    let ring = Ring::new(3, "4MiB", cfg);
+    for (dtype, alu) in [(Dtype::I32, Alu::Add), (Dtype::F32, Alu::Add), (Dtype::U64, Alu::Min)] {
+        let e = ring_chunk_elems(1500, 3, dtype.width()) as u64;
+        for count in [1, 3 * e + 1, many] {
+            check(&ring, &op(count, dtype, alu), count);
+        }
+    }
+    let ins = inputs(9, 3, &op(100, Dtype::I32, Alu::Add));
+    for answer in ring.allreduce(&op(100, Dtype::I32, Alu::Add), &ins) {
+        assert_eq!(answer.expect("all-reduce").0.transmit, path, "how the chunks left");
+    }
+}
+
 #[test]
 fn chunks_sent_through_the_injector_are_bit_exact() {
     let cfg = CollectiveConfig {
         inject: true,
         ..CollectiveConfig::default()
     };
-    let ring = Ring::new(3, "4MiB", cfg);
-    for (dtype, alu) in [(Dtype::I32, Alu::Add), (Dtype::F32, Alu::Add), (Dtype::U64, Alu::Min)] {
-        let e = ring_chunk_elems(1500, 3, dtype.width()) as u64;
-        // One chunk, a member's last chunk cut short, and several per member.
-        for count in [1, 3 * e + 1, 10_000] {
-            let o = op(count, dtype, alu);
-            check(&ring, &o, count);
-        }
-    }
-    let ins = inputs(9, 3, &op(100, Dtype::I32, Alu::Add));
-    for answer in ring.allreduce(&op(100, Dtype::I32, Alu::Add), &ins) {
-        assert_eq!(
-            answer.expect("all-reduce").0.transmit,
-            TxPath::Injector,
-            "the chunks left through the injector"
-        );
-    }
+    chunks_leave_bit_exact_by(TxPath::Injector, cfg, 10_000);
 }
 
 #[test]
@@ -151,21 +152,7 @@ fn chunks_sent_through_an_af_xdp_tx_ring_are_bit_exact() {
         afxdp_tx: true,
         ..CollectiveConfig::default()
     };
-    let ring = Ring::new(3, "4MiB", cfg);
-    for (dtype, alu) in [(Dtype::I32, Alu::Add), (Dtype::F32, Alu::Add), (Dtype::U64, Alu::Min)] {
-        let e = ring_chunk_elems(1500, 3, dtype.width()) as u64;
-        for count in [1, 3 * e + 1, 100_000] {
-            check(&ring, &op(count, dtype, alu), count);
-        }
-    }
-    let ins = inputs(9, 3, &op(100, Dtype::I32, Alu::Add));
-    for answer in ring.allreduce(&op(100, Dtype::I32, Alu::Add), &ins) {
-        assert_eq!(
-            answer.expect("all-reduce").0.transmit,
-            TxPath::AfXdp,
-            "the chunks left through AF_XDP"
-        );
-    }
+    chunks_leave_bit_exact_by(TxPath::AfXdp, cfg, 100_000);
 }
 
 #[test]
