@@ -2,6 +2,7 @@
 //! the real kernel, driven through BPF_PROG_TEST_RUN, and the namespace
 //! testbed. Every test here needs root; `cargo xtask test` runs them.
 
+pub mod cengine;
 pub mod fibns;
 pub mod progrun;
 pub mod ring;

@@ -1,7 +1,8 @@
 //! Tier 2: differential fuzzing. A structure-aware generator (valid requests
-//! mutated field by field, plus random bytes) feeds the reference model and
-//! the real XDP program side by side; any difference in verdict, output frame,
-//! counters or memory fails with the seed and the frame.
+//! mutated field by field, plus random bytes) feeds the reference model, the
+//! real XDP program and the HLS port's C engine (fpga-port) side by side;
+//! any difference in verdict, output frame, counters or memory fails with
+//! the seed and the frame.
 //!
 //! NETDAM_FUZZ_FRAMES and NETDAM_FUZZ_SEED override the frame count (50,000)
 //! and the seed.
@@ -15,7 +16,7 @@ use netdam_common::{
     wire::{flags, DEFAULT_PORT},
     NetdamHdr,
 };
-use netdam_tests::{fibns::FibNetns, progrun::*, unique_prefix, Rng};
+use netdam_tests::{cengine::CEngine, fibns::FibNetns, progrun::*, unique_prefix, Rng};
 
 const MEM: u64 = 1 << 20;
 
@@ -236,6 +237,7 @@ fn model_and_xdp_program_agree_frame_by_frame() {
     );
     model.generations.insert(RKEY_RW, GENERATION);
     model.neighbours.extend(NEIGHBOURS);
+    let mut engine = CEngine::new(&s, &NEIGHBOURS, &[(RKEY_RW, GENERATION)]);
     let mut counters = vec![0u64; netdam_common::counters::COUNTER_SLOTS as usize];
     let mut rng = Rng(seed | 1);
     let mut seen = std::collections::BTreeMap::<&str, u64>::new();
@@ -277,6 +279,13 @@ fn model_and_xdp_program_agree_frame_by_frame() {
         if action != Action::Drop && got.frame != want.frame {
             fail("output frames differ");
         }
+        let (c_action, c_frame) = engine.process(&f);
+        if c_action != want.action {
+            fail(&format!("the C engine's verdict differs: {c_action:?}"));
+        }
+        if c_action != Action::Drop && c_frame != want.frame {
+            fail(&format!("the C engine's output frame differs: {c_frame:02x?}"));
+        }
         for c in &want.counters {
             counters[*c as usize] += 1;
         }
@@ -297,6 +306,15 @@ fn model_and_xdp_program_agree_frame_by_frame() {
             }
             if node.counters().unwrap() != counters {
                 fail("counters differ");
+            }
+            if engine.mem != model.mem {
+                let at = engine.mem.iter().zip(&model.mem).position(|(a, b)| a != b).unwrap();
+                fail(&format!(
+                    "the C engine's memory differs first at {at:#x} (checked after frame {i})"
+                ));
+            }
+            if engine.counters() != counters {
+                fail("the C engine's counters differ");
             }
         }
     }
