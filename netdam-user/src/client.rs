@@ -103,7 +103,9 @@ pub fn status_hint(s: Status) -> &'static str {
         Status::Misaligned => " (align the address and length to the element width, 8 for atomics)",
         Status::BadDtype => " (unknown dtype or alu, or a bitwise alu on f32)",
         Status::NotReady => " (the region's generation is behind the tag: retry later)",
-        Status::NoReceiver => " (no AF_XDP socket is bound on the node)",
+        Status::NoReceiver => {
+            " (nothing on the node receives MSG or WRITE_NOTIFY: run `netdam recv` or an afxdp::Endpoint beside its `netdam serve`)"
+        }
         Status::Duplicate => " (already executed once)",
         Status::Stale => " (an older seq or generation than the node has seen)",
         Status::BadSr => " (bad SR header or segment)",

@@ -455,3 +455,127 @@ fn an_msg_larger_than_a_umem_frame_is_dropped_and_counted_not_truncated() {
     let stats = netdam_user::stats::Stats::read_pinned(&tb.hosts[1].pin_dir).unwrap();
     assert_eq!(stats.event(netdam_common::counters::Event::DropTooLargeForUmem), 2);
 }
+
+/// `netdam ARGS` in host `i`.
+fn netdam(tb: &Testbed, i: usize, args: &[&str]) -> std::process::Output {
+    tb.command(i, netdam_bin())
+        .unwrap()
+        .args(args)
+        .output()
+        .expect("run netdam")
+}
+
+#[test]
+fn the_commands_receive_send_and_say_what_is_wrong() {
+    let (tb, _served) = setup();
+    let pin = tb.hosts[1].pin_dir.to_str().unwrap().to_string();
+    let err = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    // No receiver yet: refused, exit code 4, and what to do.
+    let o = netdam(
+        &tb,
+        0,
+        &["msg", "--node", "198.18.0.2", "--rkey", "0x1234", "--addr", "0", "hi"],
+    );
+    assert_eq!(o.status.code(), Some(4), "{}", err(&o));
+    assert!(
+        err(&o).contains("NO_RECEIVER") && err(&o).contains("netdam recv"),
+        "{}",
+        err(&o)
+    );
+    // `netdam recv` prints what arrives, as JSON lines with --json.
+    let mut recv = tb
+        .command(1, netdam_bin())
+        .unwrap()
+        .args([
+            "recv",
+            "--pin-dir",
+            &pin,
+            "--count",
+            "2",
+            "--timeout-ms",
+            "10000",
+            "--json",
+            "--hex",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // It says when its sockets are bound.
+    let mut stderr = std::io::BufReader::new(recv.stderr.take().unwrap());
+    let mut said = String::new();
+    while !said.contains("receiving on") {
+        let mut line = String::new();
+        if std::io::BufRead::read_line(&mut stderr, &mut line).unwrap() == 0 {
+            panic!("netdam recv ended before receiving: {said}");
+        }
+        said += &line;
+    }
+    let o = netdam(
+        &tb,
+        0,
+        &[
+            "msg",
+            "--node",
+            "198.18.0.2",
+            "--rkey",
+            "0x1234",
+            "--addr",
+            "0",
+            "hi there",
+        ],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    let o = netdam(
+        &tb,
+        0,
+        &[
+            "msg",
+            "--node",
+            "198.18.0.2",
+            "--rkey",
+            "0x1234",
+            "--addr",
+            "4096",
+            "--notify",
+            "abc",
+        ],
+    );
+    assert!(o.status.success(), "{}", err(&o));
+    let out = recv.wait_with_output().unwrap();
+    assert!(out.status.success(), "netdam recv failed: {said}");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert_eq!(lines[0]["kind"], "msg");
+    assert_eq!(lines[0]["bytes"], "6869207468657265");
+    assert_eq!(
+        (lines[1]["kind"].as_str(), lines[1]["addr"].as_u64()),
+        (Some("write_notify"), Some(4096))
+    );
+    // Bad arguments say what is wrong.
+    for (args, says) in [
+        (
+            vec!["split", "--pin-dir", &pin, "--port", "4793", "--keep", "8"],
+            "port P",
+        ),
+        (
+            vec!["split", "--pin-dir", &pin, "--port", "9000", "--keep", "5000"],
+            "too large",
+        ),
+        (
+            vec!["split", "--pin-dir", &pin, "--port", "9001", "--remove"],
+            "is not split",
+        ),
+        (
+            vec!["recv", "--pin-dir", &pin, "--frames", "100", "--count", "1"],
+            "power of two",
+        ),
+    ] {
+        let o = netdam(&tb, 1, &args);
+        assert!(!o.status.success(), "{args:?} succeeded");
+        assert!(err(&o).contains(says), "{args:?}: {}", err(&o));
+    }
+}
