@@ -49,16 +49,51 @@ pub struct Endpoint {
     taken: Vec<Vec<libc::xdp_desc>>,
 }
 
-/// The receive queues of interface `name` (its rx-N folders in sysfs).
+/// struct ethtool_channels of linux/ethtool.h.
+#[repr(C)]
+#[derive(Default)]
+struct EthtoolChannels {
+    cmd: u32,
+    max_rx: u32,
+    max_tx: u32,
+    max_other: u32,
+    max_combined: u32,
+    rx_count: u32,
+    tx_count: u32,
+    other_count: u32,
+    combined_count: u32,
+}
+
+const ETHTOOL_GCHANNELS: u32 = 0x3C;
+
+/// The receive queues of interface `name` in the calling thread's network
+/// namespace (ETHTOOL_GCHANNELS; sysfs would show the namespace it was
+/// mounted in). 1 when the driver does not say.
 fn rx_queues(name: &str) -> u32 {
-    std::fs::read_dir(format!("/sys/class/net/{name}/queues"))
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
-                .count() as u32
-        })
-        .unwrap_or(1)
-        .max(1)
+    let mut ch = EthtoolChannels {
+        cmd: ETHTOOL_GCHANNELS,
+        ..Default::default()
+    };
+    // SAFETY: a zeroed ifreq with the name and a pointer to a live ethtool_channels, on a fresh socket.
+    let n = unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return 1;
+        }
+        let mut ifr: libc::ifreq = std::mem::zeroed();
+        for (d, s) in ifr.ifr_name.iter_mut().zip(name.bytes().take(libc::IFNAMSIZ - 1)) {
+            *d = s as libc::c_char;
+        }
+        ifr.ifr_ifru.ifru_data = (&mut ch as *mut EthtoolChannels).cast();
+        let r = libc::ioctl(fd, libc::SIOCETHTOOL as _, &mut ifr);
+        libc::close(fd);
+        if r == 0 {
+            ch.rx_count.max(ch.combined_count)
+        } else {
+            1
+        }
+    };
+    n.max(1)
 }
 
 impl Endpoint {

@@ -353,12 +353,15 @@ impl Rig {
         };
         stop_tx.store(true, Ordering::Relaxed);
         let machine_busy_ns = busy_ns().saturating_sub(busy_before);
-        let sent = gen.join().expect("generator thread")?;
+        let sent = gen.join().expect("generator thread");
         let elapsed = start.elapsed().as_secs_f64();
         // Let the last frames arrive and their holds end before the receiver stops.
-        std::thread::sleep(hold + Duration::from_millis(20));
+        if sent.is_ok() {
+            std::thread::sleep(hold + Duration::from_millis(20));
+        }
         stop_rx.store(true, Ordering::Relaxed);
-        let consumed = receiver.join().expect("receiver thread")?;
+        let consumed = receiver.join().expect("receiver thread");
+        let (sent, consumed) = (sent?, consumed?);
         let writes = self.writes()? - writes_before;
         Ok(Measured {
             elapsed,
