@@ -1313,6 +1313,46 @@ async fn demo(nodes: usize, prefix: &str) -> Result<()> {
         tb.hosts[0].netns,
         wrote.as_secs_f64() * 1e3
     );
+    // A message to host 0's AF_XDP receiver, which answers its ACK_REQ.
+    let pin = tb.hosts[0].pin_dir.clone();
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    let receiver = std::thread::spawn({
+        let netns = format!("/run/netns/{}", tb.hosts[0].netns);
+        move || -> Result<String> {
+            let f = std::fs::File::open(&netns).with_context(|| netns.clone())?;
+            nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).context("entering host 0")?;
+            let mut ep = Endpoint::open(&pin, EndpointConfig::default())?;
+            let _ = ready_tx.send(());
+            let end = std::time::Instant::now() + Duration::from_secs(5);
+            while std::time::Instant::now() < end {
+                let got = ep.recv(Duration::from_millis(100))?;
+                for d in got.iter() {
+                    if let Delivery::Message { from, body, .. } = d {
+                        return Ok(format!("{from}: {:?}", String::from_utf8_lossy(body)));
+                    }
+                }
+            }
+            anyhow::bail!("no message arrived within 5 s")
+        }
+    });
+    ready
+        .recv_timeout(Duration::from_secs(10))
+        .map_err(|_| anyhow::anyhow!("host 0's AF_XDP receiver did not start"))?;
+    tb.in_host(1, move || -> Result<()> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        rt.block_on(async {
+            let c = Client::connect(target, ClientConfig::default()).await?;
+            Ok(c.msg(0x1234, 0, b"hello from the network side").await?)
+        })
+    })??;
+    let got = receiver
+        .join()
+        .map_err(|_| anyhow::anyhow!("the receiver thread panicked"))??;
+    println!(
+        "
+{} sent a MSG to {}; its AF_XDP receiver got it from UMEM and acknowledged it: {got}",
+        tb.hosts[1].netns, tb.hosts[0].netns
+    );
     let stats = Stats::read_pinned(&tb.hosts[0].pin_dir)?;
     println!(
         "\ncounters of {} (netdam stats --pin-dir {}):\n{}",
