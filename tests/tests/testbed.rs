@@ -488,3 +488,23 @@ fn concurrent_clients_get_exact_totals() {
         );
     }
 }
+
+#[test]
+fn the_demo_shows_nodes_memory_and_a_message_and_cleans_up() {
+    require_root();
+    let prefix = unique_prefix();
+    let o = std::process::Command::new(netdam_bin())
+        .args(["testbed", "demo", "--nodes", "2", "--prefix", &prefix])
+        .output()
+        .expect("run netdam testbed demo");
+    let out = ok(&o);
+    assert!(out.contains("read it back byte-exact"), "{out}");
+    assert!(
+        out.contains("acknowledged it") && out.contains("hello from the network side"),
+        "{out}"
+    );
+    assert!(
+        !std::path::Path::new(&format!("/run/netns/{prefix}0")).exists(),
+        "the demo removed its hosts"
+    );
+}
