@@ -942,17 +942,22 @@ fn describe(d: &Delivery<'_>, mem: &netdam_user::controller::NetdamMemory, with_
 }
 
 fn line_text(v: &serde_json::Value) -> String {
-    let mut s = String::new();
+    // The kind first, addresses in hex, then the rest.
+    let mut s = v["kind"].as_str().unwrap_or("?").to_string();
     if let Some(o) = v.as_object() {
         for (k, x) in o {
-            if x.is_null() {
+            if x.is_null() || k == "kind" {
                 continue;
             }
-            let x = x.as_str().map_or_else(|| x.to_string(), str::to_string);
-            s.push_str(&format!("{k}={x} "));
+            let x = match (k.as_str(), x.as_u64(), x.as_str()) {
+                ("addr", Some(a), _) => format!("{a:#x}"),
+                (_, _, Some(t)) => t.to_string(),
+                _ => x.to_string(),
+            };
+            s.push_str(&format!(" {k}={x}"));
         }
     }
-    s.trim_end().to_string()
+    s
 }
 
 /// Kernel settings of the served interface that CHAIN needs, the old
