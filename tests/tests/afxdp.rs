@@ -22,8 +22,12 @@ const RKEY: u32 = 0x1234;
 /// Two hosts; host 1 serves 64 MiB with region 0x1234 over the low 32 MiB
 /// (the split ring lives at the top, outside it).
 fn setup() -> (Testbed, Served) {
+    setup_with_mtu(1500)
+}
+
+fn setup_with_mtu(mtu: u32) -> (Testbed, Served) {
     require_root();
-    let tb = Testbed::up(&unique_prefix(), 2, 1500).expect("testbed up");
+    let tb = Testbed::up(&unique_prefix(), 2, mtu).expect("testbed up");
     let args: Vec<String> = [
         "--mem-size",
         "64MiB",
@@ -405,19 +409,7 @@ fn split_datagrams_rebuild_exactly_from_1_byte_to_the_mtu() {
 
 #[test]
 fn an_msg_larger_than_a_umem_frame_is_dropped_and_counted_not_truncated() {
-    require_root();
-    let tb = Testbed::up(&unique_prefix(), 2, 9000).expect("testbed up");
-    let args: Vec<String> = [
-        "--mem-size",
-        "16MiB",
-        "--region",
-        "0x1234:0:16MiB:rwm",
-        "--mode",
-        "native",
-    ]
-    .map(String::from)
-    .to_vec();
-    let _served = tb.serve(1, &netdam_bin(), &args).expect("netdam serve");
+    let (tb, _served) = setup_with_mtu(9000);
     let (ready, rx) = receiver(
         &tb.hosts[1].netns,
         tb.hosts[1].pin_dir.clone(),
@@ -471,11 +463,13 @@ fn the_commands_receive_send_and_say_what_is_wrong() {
     let pin = tb.hosts[1].pin_dir.to_str().unwrap().to_string();
     let err = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
     // No receiver yet: refused, exit code 4, and what to do.
-    let o = netdam(
-        &tb,
-        0,
-        &["msg", "--node", "198.18.0.2", "--rkey", "0x1234", "--addr", "0", "hi"],
-    );
+    // `netdam msg ARGS` from host 0 to host 1's region 0x1234.
+    let msg = |args: &[&str]| {
+        let mut a = vec!["msg", "--node", "198.18.0.2", "--rkey", "0x1234"];
+        a.extend_from_slice(args);
+        netdam(&tb, 0, &a)
+    };
+    let o = msg(&["--addr", "0", "hi"]);
     assert_eq!(o.status.code(), Some(4), "{}", err(&o));
     assert!(
         err(&o).contains("NO_RECEIVER") && err(&o).contains("netdam recv"),
@@ -511,36 +505,9 @@ fn the_commands_receive_send_and_say_what_is_wrong() {
         }
         said += &line;
     }
-    let o = netdam(
-        &tb,
-        0,
-        &[
-            "msg",
-            "--node",
-            "198.18.0.2",
-            "--rkey",
-            "0x1234",
-            "--addr",
-            "0",
-            "hi there",
-        ],
-    );
+    let o = msg(&["--addr", "0", "hi there"]);
     assert!(o.status.success(), "{}", err(&o));
-    let o = netdam(
-        &tb,
-        0,
-        &[
-            "msg",
-            "--node",
-            "198.18.0.2",
-            "--rkey",
-            "0x1234",
-            "--addr",
-            "4096",
-            "--notify",
-            "abc",
-        ],
-    );
+    let o = msg(&["--addr", "4096", "--notify", "abc"]);
     assert!(o.status.success(), "{}", err(&o));
     let out = recv.wait_with_output().unwrap();
     assert!(out.status.success(), "netdam recv failed: {said}");
