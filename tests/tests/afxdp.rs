@@ -546,3 +546,59 @@ fn the_commands_receive_send_and_say_what_is_wrong() {
         assert!(err(&o).contains(says), "{args:?}: {}", err(&o));
     }
 }
+
+/// Huge pages reserved for a test, the old reservation put back on drop.
+struct HugePages(String);
+
+impl HugePages {
+    fn reserve(more: u32) -> HugePages {
+        const PATH: &str = "/proc/sys/vm/nr_hugepages";
+        let old = std::fs::read_to_string(PATH)
+            .expect("vm.nr_hugepages")
+            .trim()
+            .to_string();
+        let n: u32 = old.parse().unwrap();
+        std::fs::write(PATH, (n + more).to_string()).expect("reserve huge pages");
+        HugePages(old)
+    }
+}
+
+impl Drop for HugePages {
+    fn drop(&mut self) {
+        let _ = std::fs::write("/proc/sys/vm/nr_hugepages", &self.0);
+    }
+}
+
+#[test]
+fn the_umem_is_on_huge_pages_when_there_are_free_ones() {
+    let (tb, _served) = setup();
+    let _pages = HugePages::reserve(4);
+    let pin = tb.hosts[1].pin_dir.clone();
+    let netns = format!("/run/netns/{}", tb.hosts[1].netns);
+    let (ready_tx, ready) = mpsc::channel();
+    let rx = std::thread::spawn(move || {
+        let f = std::fs::File::open(&netns).unwrap();
+        nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+        // 512 frames of 4 KiB: one 2 MiB page.
+        let mut ep = Endpoint::open(&pin, EndpointConfig { frames: 512, batch: 16 }).expect("open the endpoint");
+        ready_tx.send(ep.backing()).unwrap();
+        let end = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < end {
+            let r = ep.recv(Duration::from_millis(50)).unwrap();
+            let got: Option<Vec<u8>> = r.iter().find_map(|d| match d {
+                Delivery::Message { body, .. } => Some(body.to_vec()),
+                _ => None,
+            });
+            if let Some(body) = got {
+                return body;
+            }
+        }
+        Vec::new()
+    });
+    let backing = ready.recv_timeout(Duration::from_secs(10)).expect("the endpoint opens");
+    assert_eq!(backing, netdam_user::afxdp::Backing::Hugepages);
+    client_in(&tb, 0, 200, |c| async move {
+        c.msg(RKEY, 0, b"on a huge page").await.expect("MSG")
+    });
+    assert_eq!(rx.join().unwrap(), b"on a huge page");
+}
