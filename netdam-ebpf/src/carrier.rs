@@ -12,7 +12,7 @@ use netdam_common::{
 use network_types::{eth::EthHdr, ip::Ipv4Hdr, udp::UdpHdr};
 
 use crate::{
-    maps::{PEERS, SPLIT_PORTS_MAP},
+    maps::{PEERS, SPLIT_PORTS_MAP, SPLIT_RING},
     Verdict,
 };
 
@@ -104,6 +104,11 @@ pub fn try_parse(ctx: &XdpContext, cfg: &NodeConfig, frame_len: u32) -> Result<C
     let whole = udp_len >= UdpHdr::LEN as u32 && l4 + udp_len <= frame_len && udp_len + ihl * 4 <= ip_len;
     let dst_port = u16::from_be_bytes(udp.dst);
     if dst_port != cfg.port {
+        // Ordinary UDP pays only an array read while nothing is split: the
+        // ring is set up with the first split port (`netdam split`).
+        if SPLIT_RING.get(0).is_none_or(|r| r.slots == 0) {
+            return Err(Verdict::Pass);
+        }
         // SAFETY: a lookup in a hash map of plain values.
         return match unsafe { SPLIT_PORTS_MAP.get(&(dst_port as u32)) } {
             // Only whole, unfragmented datagrams are split; others pass untouched.

@@ -6,22 +6,14 @@ use aya_ebpf::{
     helpers::generated::{bpf_xdp_adjust_head, bpf_xdp_adjust_tail, bpf_xdp_get_buff_len},
     programs::XdpContext,
 };
-use netdam_common::{counters::Event, split::UMEM_FRAME_MAX, Status};
+use netdam_common::{counters::Event, split::UMEM_FRAME_MAX};
+use network_types::eth::EthHdr;
 
 use crate::{maps::XSKS, Verdict};
 
-const ETH_LEN: u32 = 14;
+const ETH_LEN: u32 = EthHdr::LEN as u32;
 
-/// The receive queue's socket exists; NO_RECEIVER otherwise.
-#[inline(always)]
-pub fn check_receiver(ctx: &XdpContext) -> Result<(), Status> {
-    match XSKS.get(ctx.rx_queue_index()) {
-        Some(_) => Ok(()),
-        None => Err(Status::NoReceiver),
-    }
-}
-
-/// Whether the receive queue has a socket.
+/// Whether the frame's receive queue has a socket (NO_RECEIVER otherwise).
 #[inline(always)]
 pub fn has_receiver(ctx: &XdpContext) -> bool {
     XSKS.get(ctx.rx_queue_index()).is_some()

@@ -25,6 +25,7 @@ use aya_ebpf::{
     macros::{classifier, xdp},
     programs::{TcContext, XdpContext},
 };
+use handover::frame_len;
 use netdam_common::{chain::check_chain_preamble, counters::Event, Opcode};
 
 /// What becomes of a frame that is not answered by `ops::run`.
@@ -127,8 +128,6 @@ fn try_netdam(ctx: &XdpContext) -> Result<u32, Verdict> {
     }
     ops::run(ctx, cfg, &req)
 }
-
-use handover::frame_len;
 
 #[cfg(not(test))]
 #[panic_handler]

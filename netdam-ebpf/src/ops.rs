@@ -83,8 +83,8 @@ fn try_execute(ctx: &XdpContext, cfg: &NodeConfig, req: &Request) -> Result<u32,
     let region = unsafe { REGIONS.get(&h.rkey()) };
     let addr = h.addr();
     check_access(region, &checked, addr)?;
-    if matches!(checked.op, Opcode::Msg | Opcode::WriteNotify) {
-        handover::check_receiver(ctx)?;
+    if matches!(checked.op, Opcode::Msg | Opcode::WriteNotify) && !handover::has_receiver(ctx) {
+        return Err(Status::NoReceiver.into());
     }
     // The at-most-once window is the last check (section 5).
     let slot = if needs_window(&checked) {
