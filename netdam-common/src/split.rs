@@ -86,21 +86,11 @@ pub const fn split_sizes(payload_len: u32, keep: u32) -> (u32, u32) {
     (kept, payload_len - kept)
 }
 
-/// The original payload from a split datagram's payload (kept bytes and
-/// descriptor) and a reader of NetDAM memory. `None` if the payload does
-/// not end with a descriptor or the lengths do not add up.
+/// The original payload from a split datagram's kept bytes, its descriptor
+/// and a reader of NetDAM memory. `None` if the lengths do not add up or the
+/// memory cannot be read.
 #[cfg(feature = "std")]
 pub fn rebuild(
-    payload: &[u8],
-    read_mem: impl FnOnce(u64, usize) -> Option<std::vec::Vec<u8>>,
-) -> Option<std::vec::Vec<u8>> {
-    let d = Descriptor::from_payload_end(payload)?;
-    rebuild_from(&payload[..payload.len() - DESCRIPTOR_LEN], &d, read_mem)
-}
-
-/// The original payload from the kept bytes and the descriptor.
-#[cfg(feature = "std")]
-pub fn rebuild_from(
     kept: &[u8],
     d: &Descriptor,
     read_mem: impl FnOnce(u64, usize) -> Option<std::vec::Vec<u8>>,
@@ -158,25 +148,23 @@ mod tests {
     #[test]
     fn rebuild_appends_the_stored_rest() {
         let mem: std::vec::Vec<u8> = (0..=255u8).collect();
-        let mut payload = b"head".to_vec();
-        payload.extend_from_slice(
-            &Descriptor {
-                original_len: 10,
-                addr: 16,
-            }
-            .to_bytes(),
-        );
-        let got = rebuild(&payload, |a, n| Some(mem[a as usize..a as usize + n].to_vec())).unwrap();
+        let d = Descriptor {
+            original_len: 10,
+            addr: 16,
+        };
+        let got = rebuild(b"head", &d, |a, n| Some(mem[a as usize..a as usize + n].to_vec())).unwrap();
         assert_eq!(got, [b"head".as_slice(), &mem[16..22]].concat());
         // Kept longer than the original: not a valid descriptor.
-        let mut bad = b"head".to_vec();
-        bad.extend_from_slice(
-            &Descriptor {
-                original_len: 2,
-                addr: 0,
-            }
-            .to_bytes(),
-        );
-        assert_eq!(rebuild(&bad, |_, _| None), None);
+        let bad = Descriptor {
+            original_len: 2,
+            addr: 0,
+        };
+        assert_eq!(rebuild(b"head", &bad, |_, _| None), None);
+        // Nothing stored: the kept bytes are the datagram; memory is not read.
+        let whole = Descriptor {
+            original_len: 4,
+            addr: 0,
+        };
+        assert_eq!(rebuild(b"head", &whole, |_, _| None).unwrap(), b"head");
     }
 }

@@ -927,7 +927,7 @@ fn describe(d: &Delivery<'_>, mem: &netdam_user::controller::NetdamMemory, with_
             descriptor,
             ..
         } => {
-            let rebuilt = netdam_common::split::rebuild_from(kept, descriptor, |a, n| {
+            let rebuilt = netdam_common::split::rebuild(kept, descriptor, |a, n| {
                 let mut v = vec![0u8; n];
                 mem.read(a, &mut v).ok().map(|_| v)
             });

@@ -129,7 +129,7 @@ fn copy_out(d: &Delivery<'_>, mem: &netdam_user::controller::NetdamMemory) -> Go
             ..
         } => Got::Split {
             frame_ok: split_frame_ok(frame, kept.len()),
-            payload: netdam_common::split::rebuild_from(kept, descriptor, |a, n| {
+            payload: netdam_common::split::rebuild(kept, descriptor, |a, n| {
                 let mut v = vec![0u8; n];
                 mem.read(a, &mut v).ok().map(|_| v)
             })

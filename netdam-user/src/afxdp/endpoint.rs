@@ -153,10 +153,6 @@ impl Endpoint {
         self.node.memory()
     }
 
-    pub fn node(&self) -> &LocalNode {
-        &self.node
-    }
-
     pub fn backing(&self) -> Backing {
         self.sockets[0].backing()
     }
