@@ -4,9 +4,15 @@
 //! system call. The other way past one system call per packet beside the
 //! injector (`inject.rs`); measured against both in docs/collective.md.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::{
+    collections::HashMap,
+    net::{Ipv4Addr, SocketAddrV4},
+};
 
-use netdam_common::frame::{udp_frame, Endpoint, Ipv4Opts};
+use netdam_common::{
+    frame::{udp_frame, Endpoint, Ipv4Opts},
+    wire::ipv4_header_checksum,
+};
 
 use super::{exchange::Transmit, CollectiveError};
 use crate::{
@@ -22,6 +28,8 @@ pub struct AfXdpTx {
     iface: String,
     mac: [u8; 6],
     ip: Ipv4Addr,
+    /// Next-hop MACs already looked up, by address.
+    macs: HashMap<Ipv4Addr, [u8; 6]>,
 }
 
 impl AfXdpTx {
@@ -40,6 +48,7 @@ impl AfXdpTx {
             iface,
             mac: node.config.mac,
             ip: node.ipv4(),
+            macs: HashMap::new(),
         })
     }
 
@@ -49,46 +58,67 @@ impl AfXdpTx {
     where
         B: FnMut(usize, u32, &mut Vec<u8>),
     {
-        let mac = neighbours::mac_of(&self.iface, self.ip, *dst.ip(), std::time::Duration::from_secs(1)).ok_or_else(
-            || {
-                CollectiveError::Io(
-                    format!("no neighbour entry for {} on {}", dst.ip(), self.iface),
-                    std::io::Error::from(std::io::ErrorKind::NotFound),
-                )
-            },
-        )?;
+        let mac = match self.macs.get(dst.ip()) {
+            Some(m) => *m,
+            None => {
+                let m = neighbours::mac_of(&self.iface, self.ip, *dst.ip(), std::time::Duration::from_secs(1))
+                    .ok_or_else(|| {
+                        CollectiveError::Io(
+                            format!("no neighbour entry for {} on {}", dst.ip(), self.iface),
+                            std::io::Error::from(std::io::ErrorKind::NotFound),
+                        )
+                    })?;
+                self.macs.insert(*dst.ip(), m);
+                m
+            }
+        };
+        let src = Endpoint {
+            mac: self.mac,
+            ip: self.ip,
+            port: src,
+        };
+        let dst = Endpoint {
+            mac,
+            ip: *dst.ip(),
+            port: dst.port(),
+        };
         Ok(FrameTx {
-            src: Endpoint {
-                mac: self.mac,
-                ip: self.ip,
-                port: src,
-            },
-            dst: Endpoint {
-                mac,
-                ip: *dst.ip(),
-                port: dst.port(),
-            },
+            // Ethernet, IPv4 and UDP headers; each frame patches in its lengths.
+            headers: udp_frame(&src, &dst, &Ipv4Opts::default(), &[]),
             tx: self,
             build,
-            buf: Vec::new(),
+            frame: Vec::new(),
         })
     }
 }
 
 pub struct FrameTx<'a, B> {
     tx: &'a mut AfXdpTx,
-    src: Endpoint,
-    dst: Endpoint,
+    headers: Vec<u8>,
     build: B,
-    buf: Vec<u8>,
+    /// The frame being built, reused from request to request.
+    frame: Vec<u8>,
 }
+
+/// Ethernet header, IPv4 header without options: where the lengths are.
+const IP: usize = 14;
+const UDP: usize = IP + 20;
 
 impl<B: FnMut(usize, u32, &mut Vec<u8>)> Transmit for FrameTx<'_, B> {
     fn send(&mut self, i: usize, seq: u32) -> std::io::Result<()> {
-        self.buf.clear();
-        (self.build)(i, seq, &mut self.buf);
-        let frame = udp_frame(&self.src, &self.dst, &Ipv4Opts::default(), &self.buf);
-        while !self.tx.xsk.queue_tx(&frame) {
+        let f = &mut self.frame;
+        f.clear();
+        f.extend_from_slice(&self.headers);
+        (self.build)(i, seq, f);
+        // The lengths of this payload, the IPv4 checksum, UDP checksum 0 (as nodes send).
+        let len = f.len();
+        f[IP + 2..IP + 4].copy_from_slice(&((len - IP) as u16).to_be_bytes());
+        f[IP + 10..IP + 12].fill(0);
+        let check = ipv4_header_checksum(f[IP..UDP].try_into().expect("20 bytes"));
+        f[IP + 10..IP + 12].copy_from_slice(&check.to_be_bytes());
+        f[UDP + 4..UDP + 6].copy_from_slice(&((len - UDP) as u16).to_be_bytes());
+        f[UDP + 6..UDP + 8].fill(0);
+        while !self.tx.xsk.queue_tx(f) {
             self.tx.xsk.kick()?;
         }
         Ok(())
