@@ -130,27 +130,32 @@ fn socket(hold: Duration, stop: &AtomicBool, ready: impl FnOnce(), r: &mut Reade
     let mut waiting: VecDeque<Waiting<(usize, usize)>> = VecDeque::new();
     ready();
     const BATCH: usize = 64;
+    // The recvmmsg headers, made once: each batch points them at free slots.
+    let mut slots = [0usize; BATCH];
+    let mut iov: Vec<libc::iovec> = (0..BATCH)
+        .map(|_| libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: SLOT,
+        })
+        .collect();
+    // SAFETY: zeroed mmsghdr are valid; each points at its own iovec, which
+    // `iov` keeps in place (it never grows).
+    let mut msgs: Vec<libc::mmsghdr> = iov
+        .iter_mut()
+        .map(|v| {
+            let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            m.msg_hdr.msg_iov = v;
+            m.msg_hdr.msg_iovlen = 1;
+            m
+        })
+        .collect();
     while !stop.load(Ordering::Relaxed) {
         let n = free.len().min(BATCH);
         if n > 0 {
-            let slots: Vec<usize> = free.split_off(free.len() - n);
-            let mut iov: Vec<libc::iovec> = slots
-                .iter()
-                .map(|s| libc::iovec {
-                    iov_base: pool[s * SLOT..].as_mut_ptr().cast(),
-                    iov_len: SLOT,
-                })
-                .collect();
-            // SAFETY: zeroed mmsghdr are valid; each points at one iovec of a pool slot.
-            let mut msgs: Vec<libc::mmsghdr> = iov
-                .iter_mut()
-                .map(|v| {
-                    let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                    m.msg_hdr.msg_iov = v;
-                    m.msg_hdr.msg_iovlen = 1;
-                    m
-                })
-                .collect();
+            for (k, slot) in free.drain(free.len() - n..).enumerate() {
+                slots[k] = slot;
+                iov[k].iov_base = pool[slot * SLOT..].as_mut_ptr().cast();
+            }
             // SAFETY: n message headers over live pool slots.
             let got = unsafe {
                 libc::recvmmsg(
@@ -163,15 +168,16 @@ fn socket(hold: Duration, stop: &AtomicBool, ready: impl FnOnce(), r: &mut Reade
             };
             let got = got.max(0) as usize;
             let now = Instant::now();
-            for (i, m) in msgs.iter().enumerate() {
-                if i < got {
-                    r.c.delivered_bytes += m.msg_len as u64;
+            for k in 0..n {
+                if k < got {
+                    let len = msgs[k].msg_len as usize;
+                    r.c.delivered_bytes += len as u64;
                     waiting.push_back(Waiting {
                         since: now,
-                        what: (slots[i], m.msg_len as usize),
+                        what: (slots[k], len),
                     });
                 } else {
-                    free.push(slots[i]);
+                    free.push(slots[k]);
                 }
             }
         } else {
