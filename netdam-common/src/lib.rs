@@ -13,6 +13,7 @@ pub mod counters;
 pub mod inject;
 pub mod region;
 pub mod split;
+pub mod switch;
 pub mod validate;
 pub mod window;
 pub mod wire;

@@ -17,6 +17,7 @@ mod memory;
 mod ops;
 mod respond;
 mod split;
+mod switch;
 mod vector;
 mod window;
 
@@ -75,6 +76,13 @@ fn verdict(ctx: &XdpContext, r: Result<u32, Verdict>) -> u32 {
 #[xdp(frags)]
 pub fn netdam_pass(_ctx: XdpContext) -> u32 {
     xdp_action::XDP_PASS
+}
+
+/// The testbed's XDP switch on the switch side of each link: unicast frames
+/// go port to port through a devmap, the rest to the bridge (`switch.rs`).
+#[xdp(frags)]
+pub fn netdam_switch(ctx: XdpContext) -> u32 {
+    switch::run(&ctx)
 }
 
 /// The collective's injector: one chunk request per BPF_PROG_TEST_RUN

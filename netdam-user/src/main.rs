@@ -25,7 +25,7 @@ use netdam_user::{
     memwall::{self, MemwallConfig},
     plot,
     stats::Stats,
-    testbed::{Chaos, Testbed},
+    testbed::{Chaos, Fabric, Testbed},
     Client, ClientConfig, ClientError,
 };
 use tokio::{io::unix::AsyncFd, signal::unix::SignalKind};
@@ -141,13 +141,19 @@ struct MemwallArgs {
 
 #[derive(Subcommand)]
 enum TestbedCmd {
-    /// Make N test hosts PREFIX0.. (198.18.0.1..) on a bridge in namespace PREFIXsw.
+    /// Make N test hosts PREFIX0.. (198.18.0.1..) joined by a switch in namespace PREFIXsw.
     Up {
         #[arg(long, default_value_t = 3)]
         nodes: usize,
-        /// MTU of every veth and the bridge.
+        /// MTU of every veth and the bridge (cloud NICs run native XDP up to about 3498).
         #[arg(long, default_value_t = 1500)]
         mtu: u32,
+        /// xdp: unicast frames go port to port in XDP through a devmap (no skb, no
+        /// bridge), broadcast and unknown destinations to the bridge; bridge: the
+        /// Linux bridge forwards everything; plain: the bridge with no XDP on any
+        /// link (TCP keeps GSO; for baselines: NetDAM's answers cannot cross it).
+        #[arg(long, default_value = "xdp")]
+        fabric: Fabric,
         #[arg(long, default_value = "nd")]
         prefix: String,
         #[command(flatten)]
@@ -155,6 +161,14 @@ enum TestbedCmd {
     },
     /// Print the chaos element's counters (frames seen, dropped, duplicated, held, released).
     Chaos {
+        #[arg(long, default_value = "nd")]
+        prefix: String,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the XDP switch's counters (frames redirected port to port, flooded, unknown, sent to the chaos element).
+    Switch {
         #[arg(long, default_value = "nd")]
         prefix: String,
         /// Print JSON instead of a table.
@@ -232,6 +246,12 @@ struct SweepArgs {
     warmup: u32,
     #[arg(long, default_value = "ndar")]
     prefix: String,
+    /// What joins the testbed's links: xdp (port to port in XDP) or bridge.
+    #[arg(long, default_value = "xdp", value_parser = parse_netdam_fabric)]
+    fabric: Fabric,
+    /// MTU of every link: 1500, or 3498 as cloud NICs allow in native XDP (576 to 9000).
+    #[arg(long, default_value_t = 1500)]
+    mtu: u32,
     /// How members send their chunks: socket, injector or af-xdp (--inject / --afxdp-tx of `netdam allreduce`).
     #[arg(long, default_value = "socket", value_parser = parse_transmit)]
     transmit: TxPath,
@@ -1201,10 +1221,11 @@ async fn testbed(cmd: TestbedCmd) -> Result<()> {
         TestbedCmd::Up {
             nodes,
             mtu,
+            fabric,
             prefix,
             chaos,
         } => {
-            let tb = Testbed::up(&prefix, nodes, mtu)?;
+            let tb = Testbed::up_on(&prefix, nodes, mtu, fabric)?;
             let chaos = chaos.chaos();
             if !chaos.is_none() {
                 tb.impair(&chaos)?;
@@ -1216,7 +1237,7 @@ async fn testbed(cmd: TestbedCmd) -> Result<()> {
             for h in &tb.hosts {
                 println!("{:<10} {:<14} eth0  pins {}", h.netns, h.ip, h.pin_dir.display());
             }
-            println!("switch namespace {prefix}sw; remove it all with `netdam testbed down --prefix {prefix}`");
+            println!("switch namespace {prefix}sw ({fabric} fabric, MTU {mtu}); remove it all with `netdam testbed down --prefix {prefix}`");
             tb.leak();
             Ok(())
         }
@@ -1231,6 +1252,21 @@ async fn testbed(cmd: TestbedCmd) -> Result<()> {
                 println!(
                     "NetDAM frames seen {}, dropped {}, duplicated {}, held {}, released behind a later frame {}",
                     stats.seen, stats.dropped, stats.duplicated, stats.held, stats.released
+                );
+            }
+            Ok(())
+        }
+        TestbedCmd::Switch { prefix, json } => {
+            let tb = Testbed::existing(&prefix)?;
+            let Some(stats) = tb.switch_stats()? else {
+                bail!("testbed {prefix} has no XDP switch: it is on the bridge fabric, or not up")
+            };
+            if json {
+                println!("{}", serde_json::to_string_pretty(&stats)?);
+            } else {
+                println!(
+                    "frames redirected port to port {}, flooded by the bridge {}, to an unknown MAC {}, through the chaos element {}",
+                    stats.redirected, stats.flooded, stats.unknown, stats.impaired
                 );
             }
             Ok(())
@@ -1486,6 +1522,14 @@ fn allreduce(a: AllreduceArgs) -> Result<()> {
 }
 
 /// `netdam testbed allreduce` (`cargo xtask allreduce`).
+/// A fabric NetDAM's answers can cross.
+fn parse_netdam_fabric(s: &str) -> Result<Fabric, String> {
+    match s.parse()? {
+        Fabric::Plain => Err("fabric plain carries no XDP_TX answers: use xdp or bridge".into()),
+        f => Ok(f),
+    }
+}
+
 fn allreduce_sweep(a: SweepArgs) -> Result<()> {
     let exe = std::env::current_exe().context("locating the netdam binary")?;
     let spec = SweepSpec {
@@ -1498,12 +1542,16 @@ fn allreduce_sweep(a: SweepArgs) -> Result<()> {
         warmup: a.warmup,
         prefix: a.prefix.clone(),
         transmit: a.transmit,
+        fabric: a.fabric,
+        mtu: a.mtu,
     };
     let sizes = spec.sizes()?;
     eprintln!(
-        "all-reduce sweep: {} members on testbed {}, {} {}, {} sizes from {} to {} bytes, {} iteration(s) + {} warmup each",
+        "all-reduce sweep: {} members on testbed {} ({} fabric, MTU {}), {} {}, {} sizes from {} to {} bytes, {} iteration(s) + {} warmup each",
         a.nodes,
         a.prefix,
+        a.fabric,
+        a.mtu,
         a.dtype.name(),
         table::redop(a.op),
         sizes.len(),

@@ -58,6 +58,12 @@ enum Cmd {
         /// How members send their chunks: socket, injector or af-xdp.
         #[arg(long, default_value = "socket")]
         transmit: String,
+        /// What joins the links: xdp (port to port in XDP) or bridge (the Linux bridge).
+        #[arg(long, default_value = "xdp")]
+        fabric: String,
+        /// MTU of every link (3498: what cloud NICs allow in native XDP).
+        #[arg(long, default_value_t = 1500)]
+        mtu: u32,
         /// Print JSON rows instead of the table.
         #[arg(long)]
         json: bool,
@@ -94,6 +100,9 @@ enum TestbedCmd {
         nodes: usize,
         #[arg(long, default_value_t = 1500)]
         mtu: u32,
+        /// xdp (port to port in XDP), bridge, or plain (the bridge with no XDP, for baselines).
+        #[arg(long, default_value = "xdp")]
+        fabric: String,
         /// Fraction of NetDAM frames dropped on every link.
         #[arg(long, default_value = "0")]
         loss: String,
@@ -145,6 +154,7 @@ fn run(cli: Cli) -> Result<()> {
                 TestbedCmd::Up {
                     nodes,
                     mtu,
+                    fabric,
                     loss,
                     dup,
                     reorder,
@@ -157,6 +167,8 @@ fn run(cli: Cli) -> Result<()> {
                         &nodes.to_string(),
                         "--mtu",
                         &mtu.to_string(),
+                        "--fabric",
+                        &fabric,
                     ])
                     .args(["--loss", &loss, "--dup", &dup, "--reorder", &reorder, "--seed", &seed])),
                 TestbedCmd::Down => cmd(Command::new(&netdam).args(["testbed", "down"])),
@@ -171,6 +183,8 @@ fn run(cli: Cli) -> Result<()> {
             max_bytes,
             iters,
             transmit,
+            fabric,
+            mtu,
             json,
         } => {
             setup::run()?;
@@ -194,6 +208,10 @@ fn run(cli: Cli) -> Result<()> {
                 &iters.to_string(),
                 "--transmit",
                 &transmit,
+                "--fabric",
+                &fabric,
+                "--mtu",
+                &mtu.to_string(),
                 "--out",
                 "results",
             ]);

@@ -33,6 +33,10 @@ pub struct SweepSpec {
     pub prefix: String,
     /// How members send their chunks.
     pub transmit: super::TxPath,
+    /// What joins the testbed's links.
+    pub fabric: crate::testbed::Fabric,
+    /// MTU of every link.
+    pub mtu: u32,
 }
 
 #[derive(Debug, Error)]
@@ -90,7 +94,7 @@ pub fn sweep(netdam: &Path, spec: &SweepSpec, mut row: impl FnMut(&Row)) -> Resu
     }
     let sizes = spec.sizes()?;
     let (input, output, mem) = spec.layout();
-    let tb = Testbed::up(&spec.prefix, spec.nodes, 1500)?;
+    let tb = Testbed::up_on(&spec.prefix, spec.nodes, spec.mtu, spec.fabric)?;
     let group: Vec<String> = tb.hosts.iter().map(|h| h.ip.to_string()).collect();
     let mut serve_args: Vec<String> = vec![
         "--mem-size".into(),

@@ -60,6 +60,7 @@ impl Testbed {
         let dir = pin_root(&self.prefix);
         let ports: Vec<String> = (0..self.hosts.len()).map(|i| format!("p{i}")).collect();
         let seed = chaos.seed;
+        self.route_udp_through_bridge(DEFAULT_PORT)?;
         in_netns(&switch_ns(&self.prefix), move || attach(&dir, &ports, cfg, seed))?
     }
 

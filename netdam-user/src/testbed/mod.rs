@@ -3,9 +3,8 @@
 //! `{prefix}sw`. Nothing is added to the host's own namespace.
 //!
 //! Addresses: host i has 198.18.0.(i+1)/24 (RFC 2544's benchmarking range)
-//! and MAC 02:da:00:00:00:(i+1). The switch side of each veth runs a
-//! pass-through XDP program, pinned under the testbed's bpffs directory,
-//! because veth hands XDP_TX frames only to a peer that runs XDP.
+//! and MAC 02:da:00:00:00:(i+1). The switch side of each veth runs the
+//! fabric's XDP program (`switch`), pinned under the testbed's bpffs directory.
 
 use std::{
     fs::File,
@@ -15,19 +14,15 @@ use std::{
     process::{Command, Stdio},
 };
 
-use aya::{
-    programs::{links::FdLink, Xdp, XdpMode},
-    EbpfLoader,
-};
 use nix::sched::{setns, CloneFlags};
 use thiserror::Error;
 
-use crate::controller::NETDAM_XDP;
-
 mod chaos;
 mod members;
+mod switch;
 pub use chaos::{Chaos, ChaosStats};
 pub use members::MemberThread;
+pub use switch::{Fabric, SwitchStats};
 
 /// Most hosts on one testbed (addresses .1 to .250).
 pub const MAX_NODES: usize = 250;
@@ -48,8 +43,8 @@ pub enum TestbedError {
     NoIp(std::io::Error),
     #[error("{0}: {1}")]
     Io(String, #[source] std::io::Error),
-    #[error("pass-through XDP on {port}: {detail}")]
-    Pass { port: String, detail: String },
+    #[error("switch program on {port}: {detail}")]
+    Switch { port: String, detail: String },
     #[error("chaos element: {0}")]
     Chaos(String),
 }
@@ -72,6 +67,7 @@ pub struct Testbed {
     pub prefix: String,
     pub hosts: Vec<Host>,
     pub mtu: u32,
+    pub fabric: Fabric,
     owned: bool,
 }
 
@@ -134,8 +130,14 @@ pub fn in_netns<T: Send + 'static>(netns: &str, f: impl FnOnce() -> T + Send + '
 }
 
 impl Testbed {
-    /// Builds a testbed of `nodes` hosts, after removing any leftover of the same prefix.
+    /// Builds a testbed of `nodes` hosts on the default (XDP) fabric, after
+    /// removing any leftover of the same prefix.
     pub fn up(prefix: &str, nodes: usize, mtu: u32) -> Result<Testbed, TestbedError> {
+        Testbed::up_on(prefix, nodes, mtu, Fabric::default())
+    }
+
+    /// Builds a testbed of `nodes` hosts on `fabric`, after removing any leftover of the same prefix.
+    pub fn up_on(prefix: &str, nodes: usize, mtu: u32, fabric: Fabric) -> Result<Testbed, TestbedError> {
         check_prefix(prefix)?;
         if nodes == 0 || nodes > MAX_NODES {
             return Err(TestbedError::Nodes(nodes));
@@ -148,6 +150,7 @@ impl Testbed {
             prefix: prefix.to_string(),
             hosts: Vec::new(),
             mtu,
+            fabric,
             owned: true,
         };
         // On any error below, dropping `tb` removes what was made.
@@ -191,48 +194,8 @@ impl Testbed {
             ip(&["-n", &ns, "link", "set", IFACE, "up"])?;
             ip(&["-n", &sw, "link", "set", &port, "master", "br0", "up"])?;
         }
-        tb.attach_pass_programs()?;
+        tb.attach_fabric()?;
         Ok(tb)
-    }
-
-    /// Pins a pass-through XDP program on every switch port.
-    fn attach_pass_programs(&self) -> Result<(), TestbedError> {
-        let dir = pin_root(&self.prefix);
-        std::fs::create_dir_all(&dir).map_err(|e| {
-            TestbedError::Io(
-                format!("create {} (is bpffs mounted at /sys/fs/bpf?)", dir.display()),
-                e,
-            )
-        })?;
-        let ports: Vec<String> = (0..self.hosts.len()).map(|i| format!("p{i}")).collect();
-        let sw = switch_ns(&self.prefix);
-        in_netns(&sw, move || -> Result<(), TestbedError> {
-            let fail = |port: &str, detail: String| TestbedError::Pass {
-                port: port.to_string(),
-                detail,
-            };
-            let mut ebpf = EbpfLoader::new()
-                .load(NETDAM_XDP)
-                .map_err(|e| fail("load", e.to_string()))?;
-            let prog: &mut Xdp = ebpf
-                .program_mut("netdam_pass")
-                .expect("netdam_pass")
-                .try_into()
-                .expect("xdp");
-            prog.load().map_err(|e| fail("load", e.to_string()))?;
-            for port in &ports {
-                let id = prog
-                    .attach(port, XdpMode::Driver)
-                    .map_err(|e| fail(port, e.to_string()))?;
-                let link = prog.take_link(id).map_err(|e| fail(port, e.to_string()))?;
-                let fd: FdLink = link
-                    .try_into()
-                    .map_err(|e: aya::programs::links::LinkError| fail(port, e.to_string()))?;
-                fd.pin(dir.join(format!("sw-{port}")))
-                    .map_err(|e| fail(port, e.to_string()))?;
-            }
-            Ok(())
-        })?
     }
 
     /// A testbed that `up` made earlier (and left), without its hosts: what
@@ -243,6 +206,7 @@ impl Testbed {
             prefix: prefix.to_string(),
             hosts: Vec::new(),
             mtu: 0,
+            fabric: Fabric::default(),
             owned: false,
         })
     }
