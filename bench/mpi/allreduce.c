@@ -1,16 +1,32 @@
 /* MPI_Allreduce timing for the all-reduce benchmark (bench/src/allreduce.rs):
  * int32 sum, sizes MIN..MAX bytes doubling, ITERS(size) timed calls after one
  * warmup, every result checked. Rank 0 prints one JSON line per size:
- * {"bytes":B,"time_us":T,"wrong":W}, T the slowest rank's mean. */
+ * {"bytes":B,"time_us":T,"wrong":W,"cpu_ns":C}, T the slowest rank's mean,
+ * C the whole machine's busy CPU time per call during the timed calls
+ * (/proc/stat, as netdam_user::cpu::machine_busy_ns counts it). */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 /* Timed calls per size: more for small sizes, at least 3 (as the NetDAM side). */
 static int iters_for(long bytes) {
     long n = (16L << 20) / bytes;
     return n < 3 ? 3 : (n > 20 ? 20 : (int)n);
+}
+
+/* Busy ns of all CPUs so far: every /proc/stat field but idle and iowait. */
+static double busy_ns(void) {
+    unsigned long long f[8] = {0};
+    FILE *fp = fopen("/proc/stat", "r");
+    if (!fp) return 0;
+    int n = fscanf(fp, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &f[0], &f[1], &f[2], &f[3], &f[4], &f[5],
+                   &f[6], &f[7]);
+    fclose(fp);
+    if (n < 7) return 0;
+    unsigned long long busy = f[0] + f[1] + f[2] + f[5] + f[6] + f[7];
+    return (double)busy * 1e9 / (double)sysconf(_SC_CLK_TCK);
 }
 
 static int32_t input(int rank, long i) { return (int32_t)(i * 7 + rank * 1000003); }
@@ -33,10 +49,12 @@ int main(int argc, char **argv) {
         int iters = iters_for(bytes);
         MPI_Allreduce(in, out, (int)count, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
         MPI_Barrier(MPI_COMM_WORLD);
+        double cpu0 = busy_ns();
         double t0 = MPI_Wtime();
         for (int k = 0; k < iters; k++)
             MPI_Allreduce(in, out, (int)count, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
         double mean = (MPI_Wtime() - t0) / iters, slowest;
+        double cpu = (busy_ns() - cpu0) / iters;
         long wrong = 0, all_wrong;
         for (long i = 0; i < count; i++) {
             int64_t want = 0;
@@ -46,7 +64,8 @@ int main(int argc, char **argv) {
         MPI_Reduce(&mean, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
         MPI_Reduce(&wrong, &all_wrong, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
         if (rank == 0) {
-            printf("{\"bytes\":%ld,\"time_us\":%.3f,\"wrong\":%ld}\n", bytes, slowest * 1e6, all_wrong);
+            printf("{\"bytes\":%ld,\"time_us\":%.3f,\"wrong\":%ld,\"cpu_ns\":%.0f}\n", bytes, slowest * 1e6, all_wrong,
+                   cpu);
             fflush(stdout);
         }
     }

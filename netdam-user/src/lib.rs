@@ -8,6 +8,7 @@ pub mod args;
 pub mod client;
 pub mod collective;
 pub mod controller;
+pub mod cpu;
 pub mod memwall;
 pub mod plot;
 pub mod stats;

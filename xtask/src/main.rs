@@ -270,11 +270,16 @@ fn run(cli: Cli) -> Result<()> {
             }
             if wants("allreduce") {
                 setup::bench()?;
-                println!("==> bench: all-reduce, NetDAM vs OpenMPI vs a userspace UDP ring (4 nodes, 1 KiB to 64 MiB)");
-                cmd(Command::new(&bench)
-                    .env("NETDAM_BIN", netdam_bin(&root))
-                    .args(["allreduce", "--out"])
-                    .arg(&results))?;
+                // The MTUs of the issue: Ethernet's, and what ENA and mlx5 run in native XDP.
+                for mtu in ["1500", "3498"] {
+                    println!(
+                        "==> bench: all-reduce, NetDAM vs OpenMPI (same fabric and plain bridge) vs a userspace UDP ring (4 nodes, XDP fabric, MTU {mtu}, 1 KiB to 64 MiB)"
+                    );
+                    cmd(Command::new(&bench)
+                        .env("NETDAM_BIN", netdam_bin(&root))
+                        .args(["allreduce", "--mtu", mtu, "--out"])
+                        .arg(&results))?;
+                }
             }
             if wants("node") {
                 println!("==> bench: one node, WRITE throughput vs XDP_DROP and a userspace server, READ latency");

@@ -339,7 +339,7 @@ impl Rig {
             stop_tx.clone(),
         );
         let start = Instant::now();
-        let busy_before = busy_ns();
+        let busy_before = crate::cpu::machine_busy_ns();
         let (probe, memory) = match probe {
             Some(p) => {
                 let perf = self.hw.start(t.time);
@@ -352,7 +352,7 @@ impl Rig {
             }
         };
         stop_tx.store(true, Ordering::Relaxed);
-        let machine_busy_ns = busy_ns().saturating_sub(busy_before);
+        let machine_busy_ns = crate::cpu::machine_busy_ns().saturating_sub(busy_before);
         let sent = gen.join().expect("generator thread");
         let elapsed = start.elapsed().as_secs_f64();
         // Let the last frames arrive and their holds end before the receiver stops.
@@ -591,26 +591,6 @@ impl MemwallReport {
         )?;
         Ok(vec![json, bars, sweep])
     }
-}
-
-/// Busy time of all CPUs so far, ns (/proc/stat: every field but idle and iowait).
-fn busy_ns() -> u64 {
-    let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let Some(line) = text.lines().find(|l| l.starts_with("cpu ")) else {
-        return 0;
-    };
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    let f: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
-    // user nice system idle iowait irq softirq steal (guest time is in user already).
-    let busy: u64 = f
-        .iter()
-        .take(8)
-        .enumerate()
-        .filter(|(i, _)| *i != 3 && *i != 4)
-        .map(|(_, v)| v)
-        .sum();
-    busy * 1_000_000_000 / hz
 }
 
 fn hold_text(us: u64) -> String {
