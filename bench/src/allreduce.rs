@@ -375,7 +375,10 @@ impl MpiProgram {
         let script = format!(
             "#!/bin/sh\n# mpirun's rsh agent for the testbed: enter the host's namespace, run the command.\nhost=$1; shift\ncase $host in\n{cases}  *) echo \"unknown host $host\" >&2; exit 1 ;;\nesac\nexec ip netns exec \"$ns\" sh -c \"$*\"\n"
         );
-        tempfile_path::TempPath::write(&format!("netdam-mpi-agent-{}", std::process::id()), &script)
+        tempfile_path::TempPath::write(
+            &format!("netdam-mpi-agent-{}-{}", tb.prefix, std::process::id()),
+            &script,
+        )
     }
 
     /// Runs the sweep once with rank i in host i; (bytes, sample, wrong) per size.

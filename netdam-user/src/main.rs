@@ -91,7 +91,7 @@ enum Cmd {
     /// Benchmarks a user runs on their own host (needs root; builds its own testbed).
     #[command(subcommand)]
     Bench(BenchCmd),
-    /// Build, show or remove the namespace testbed (test hosts on a bridge; needs root).
+    /// Build, show or remove the namespace testbed (test hosts joined by an XDP switch or a bridge; needs root).
     #[command(subcommand)]
     Testbed(TestbedCmd),
 }
@@ -1288,7 +1288,7 @@ async fn testbed(cmd: TestbedCmd) -> Result<()> {
 async fn demo(nodes: usize, prefix: &str) -> Result<()> {
     let exe = std::env::current_exe().context("locating the netdam binary")?;
     println!(
-        "building a testbed of {nodes} hosts ({prefix}0..{prefix}{}) on a bridge",
+        "building a testbed of {nodes} hosts ({prefix}0..{prefix}{}) joined by the XDP switch",
         nodes - 1
     );
     let tb = Testbed::up(prefix, nodes, 1500)?;

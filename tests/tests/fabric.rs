@@ -77,7 +77,11 @@ fn udp_exchange(tb: &Testbed, from: usize, to: usize, dst: SocketAddr, sizes: &[
 
 fn ip(args: &[&str]) {
     let out = Command::new("ip").args(args).output().expect("run ip");
-    assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -86,16 +90,31 @@ fn xdp_switch_forwards_arp_tcp_udp_and_ipv6_intact() {
     let tb = Testbed::up_on(&unique_prefix(), 3, 1500, Fabric::Xdp).expect("testbed up");
     // ULA addresses without duplicate address detection, so they work at once.
     for (i, h) in tb.hosts.iter().enumerate() {
-        ip(&["-n", &h.netns, "addr", "add", &format!("fd00::{}/64", i + 1), "dev", "eth0", "nodad"]);
+        ip(&[
+            "-n",
+            &h.netns,
+            "addr",
+            "add",
+            &format!("fd00::{}/64", i + 1),
+            "dev",
+            "eth0",
+            "nodad",
+        ]);
     }
     let v4 = |i: usize, port: u16| SocketAddr::new(tb.hosts[i].ip.into(), port);
     let v6 = |i: usize, port: u16| SocketAddr::new(Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, i as u16 + 1).into(), port);
 
     // TCP with segments of every size the stack makes; the first connect needs ARP.
     let data = pattern(8 << 20, 7);
-    assert!(tcp_transfer(&tb, 0, 2, v4(2, 5001), data.clone()) == data, "TCP over IPv4 changed bytes");
+    assert!(
+        tcp_transfer(&tb, 0, 2, v4(2, 5001), data.clone()) == data,
+        "TCP over IPv4 changed bytes"
+    );
     let data6 = pattern(2 << 20, 8);
-    assert!(tcp_transfer(&tb, 1, 0, v6(0, 5002), data6.clone()) == data6, "TCP over IPv6 changed bytes");
+    assert!(
+        tcp_transfer(&tb, 1, 0, v6(0, 5002), data6.clone()) == data6,
+        "TCP over IPv6 changed bytes"
+    );
 
     let sizes = [1, 17, 512, 1472];
     let want: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, n)| pattern(*n, i as u64)).collect();
@@ -156,7 +175,10 @@ fn the_plain_fabric_carries_tcp_with_no_xdp_on_its_links() {
     let addr = SocketAddr::new(tb.hosts[1].ip.into(), 5003);
     assert!(tcp_transfer(&tb, 0, 1, addr, data.clone()) == data);
     let sw = format!("{}sw", tb.prefix);
-    let links = Command::new("ip").args(["-n", &sw, "-d", "link", "show"]).output().unwrap();
+    let links = Command::new("ip")
+        .args(["-n", &sw, "-d", "link", "show"])
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&links.stdout);
     assert!(text.contains("p0") && !text.contains("xdp"), "{text}");
 }
