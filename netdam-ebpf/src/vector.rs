@@ -22,7 +22,7 @@ use aya_ebpf::{
     programs::XdpContext,
 };
 use netdam_common::{
-    alu::{combine32, combine64},
+    alu::{combine32, combine32x2, combine64},
     config::MEM_CHUNK,
     wire::{Alu, Dtype},
 };
@@ -34,7 +34,7 @@ use crate::{
 };
 
 /// Bytes one block callback combines: 16 lanes of 4 bytes or 8 of 8.
-const BLOCK: u32 = 64;
+const BLOCK: u32 = 128;
 const _: () = assert!(SCRATCH_LEN % BLOCK as usize == 0 && MEM_CHUNK % BLOCK as usize == 0);
 
 /// State of one piece's loops.
@@ -146,7 +146,7 @@ pub extern "C" fn netdam_vector_piece(code: u32, chunk: u32, off: u32, n: u32) -
     let (Some(scratch), Some(elem)) = (SCRATCH.get_ptr_mut(0), NETDAM_MEM.get_ptr_mut(chunk)) else {
         return PIECE_FAILED;
     };
-    let block = block_kind(reduce, dtype, alu);
+    let block = block_kind(reduce, dtype, alu, off);
     let blocks = if block.is_some() { n / BLOCK } else { 0 };
     let mut step = Step {
         elem: elem.cast(),
@@ -161,6 +161,7 @@ pub extern "C" fn netdam_vector_piece(code: u32, chunk: u32, off: u32, n: u32) -
     if blocks > 0 {
         let r = match block {
             Some(Block::Reduce32) => reduce_blocks32(blocks, ctx),
+            Some(Block::Reduce32x2) => reduce_blocks32x2(blocks, ctx),
             Some(Block::Reduce64) => reduce_blocks64(blocks, ctx),
             Some(Block::Accumulate32) => accumulate_blocks32(blocks, ctx),
             _ => accumulate_blocks64(blocks, ctx),
@@ -212,6 +213,7 @@ macro_rules! loop_fns {
 
 loop_fns! {
     reduce_blocks32 => reduce_block32;
+    reduce_blocks32x2 => reduce_block32x2;
     reduce_blocks64 => reduce_block64;
     accumulate_blocks32 => accumulate_block::<u32>;
     accumulate_blocks64 => accumulate_block::<u64>;
@@ -223,26 +225,33 @@ loop_fns! {
 #[derive(Clone, Copy)]
 enum Block {
     Reduce32,
+    /// 4-byte elements two to a 64-bit word.
+    Reduce32x2,
     Reduce64,
     Accumulate32,
     Accumulate64,
 }
 
-/// Whether ACCUMULATE applies `alu` on `dtype` with an atomic instruction.
+/// Integer ADD, AND, OR and XOR: ACCUMULATE applies them with one atomic
+/// instruction per element, REDUCE to two 4-byte elements per 64-bit word.
 #[inline(always)]
-fn is_atomic_op(dtype: Dtype, alu: Alu) -> bool {
+fn has_word_form(dtype: Dtype, alu: Alu) -> bool {
     dtype != Dtype::F32 && matches!(alu, Alu::Add | Alu::And | Alu::Or | Alu::Xor)
 }
 
-/// The block loop of an op, or None where every element needs a
-/// compare-and-swap loop of its own (ACCUMULATE MIN, MAX, f32).
+/// The block loop of an op on a piece at chunk offset `off`, or None where
+/// every element needs a compare-and-swap loop of its own (ACCUMULATE MIN,
+/// MAX, f32).
 #[inline(always)]
-fn block_kind(reduce: bool, dtype: Dtype, alu: Alu) -> Option<Block> {
+fn block_kind(reduce: bool, dtype: Dtype, alu: Alu, off: u32) -> Option<Block> {
     let wide = dtype.width() == 8;
     match (reduce, wide) {
+        // Word-wide where the memory words are 8-aligned as the scratch
+        // buffer's (a misaligned 8-byte load costs LLVM eight byte loads).
+        (true, false) if has_word_form(dtype, alu) && off % 8 == 0 => Some(Block::Reduce32x2),
         (true, false) => Some(Block::Reduce32),
         (true, true) => Some(Block::Reduce64),
-        (false, _) if !is_atomic_op(dtype, alu) => None,
+        (false, _) if !has_word_form(dtype, alu) => None,
         (false, false) => Some(Block::Accumulate32),
         (false, true) => Some(Block::Accumulate64),
     }
@@ -310,6 +319,30 @@ unsafe extern "C" fn reduce_block32(i: u64, ctx: *mut c_void) -> i64 {
     0
 }
 
+/// Block `i` of a 4-byte-element integer REDUCE of ADD, AND, OR or XOR on
+/// 8-aligned memory: two elements per 64-bit word (`combine32x2`).
+unsafe extern "C" fn reduce_block32x2(i: u64, ctx: *mut c_void) -> i64 {
+    use {Alu::*, Dtype::*};
+    // SAFETY: `ctx` is the Step that netdam_vector_piece passed to bpf_loop.
+    let s = unsafe { &*(ctx as *const Step) };
+    let Some((mem, v)) = block_at::<u64>(s, i) else {
+        return 1;
+    };
+    macro_rules! with {
+        ($a:expr) => {
+            // SAFETY: a block from block_at, 8-aligned in memory (block_kind).
+            unsafe { combine_lanes(v, mem, |x, y| combine32x2(U32, $a, x, y)) }
+        };
+    }
+    match s.alu {
+        Add => with!(Add),
+        And => with!(And),
+        Or => with!(Or),
+        _ => with!(Xor),
+    }
+    0
+}
+
 /// Block `i` of an 8-byte-element REDUCE: v[j] = alu(v[j], mem[j]).
 unsafe extern "C" fn reduce_block64(i: u64, ctx: *mut c_void) -> i64 {
     use {Alu::*, Dtype::*};
@@ -349,7 +382,7 @@ unsafe fn apply_lanes<T: AtomicOps>(mem: *mut T, v: *const T, apply: impl Fn(*mu
     }
 }
 
-/// `*p = alu(*p, v)` in one atomic instruction, for an `is_atomic_op` alu.
+/// `*p = alu(*p, v)` in one atomic instruction, for an `has_word_form` alu.
 ///
 /// # Safety
 /// As `AtomicOps::add`.
@@ -366,7 +399,7 @@ unsafe fn apply_atomic<T: AtomicOps>(p: *mut T, alu: Alu, v: T) {
     }
 }
 
-/// Block `i` of an ACCUMULATE of an `is_atomic_op` alu on lanes of `T`.
+/// Block `i` of an ACCUMULATE of an `has_word_form` alu on lanes of `T`.
 unsafe extern "C" fn accumulate_block<T: AtomicOps>(i: u64, ctx: *mut c_void) -> i64 {
     // SAFETY: `ctx` is the Step that netdam_vector_piece passed to bpf_loop.
     let s = unsafe { &*(ctx as *const Step) };
@@ -441,7 +474,7 @@ struct Update {
 unsafe extern "C" fn accumulate_step(i: u64, ctx: *mut c_void) -> i64 {
     // SAFETY: `ctx` is the Step that netdam_vector_piece passed to bpf_loop.
     let s = unsafe { &mut *(ctx as *mut Step) };
-    let atomic = is_atomic_op(s.dtype, s.alu);
+    let atomic = has_word_form(s.dtype, s.alu);
     // One branch per width, each with its own constant alignment mask: the
     // verifier must see the atomic's address aligned to its width.
     // SAFETY (both branches): offsets from element_at, aligned to the width.
