@@ -246,12 +246,15 @@ fn has_word_form(dtype: Dtype, alu: Alu) -> bool {
 fn block_kind(reduce: bool, dtype: Dtype, alu: Alu, off: u32) -> Option<Block> {
     let wide = dtype.width() == 8;
     match (reduce, wide) {
-        // Word-wide where the memory words are 8-aligned as the scratch
-        // buffer's (a misaligned 8-byte load costs LLVM eight byte loads).
+        // Word-wide only where memory words are 8-aligned like the scratch
+        // buffer's: a u64 load needs the alignment.
         (true, false) if has_word_form(dtype, alu) && off % 8 == 0 => Some(Block::Reduce32x2),
         (true, false) => Some(Block::Reduce32),
         (true, true) => Some(Block::Reduce64),
         (false, _) if !has_word_form(dtype, alu) => None,
+        // AND, OR and XOR of a u64 word are those of its two 4-byte lanes,
+        // and one atomic instruction on the word is atomic for both.
+        (false, false) if alu.is_bitwise() && off % 8 == 0 => Some(Block::Accumulate64),
         (false, false) => Some(Block::Accumulate32),
         (false, true) => Some(Block::Accumulate64),
     }
