@@ -254,6 +254,29 @@ pub const fn combine64(dtype: Dtype, alu: Alu, a: u64, b: u64) -> u64 {
     }
 }
 
+/// `alu(a, b)` on two 32-bit elements (i32, u32, f32) packed in a u64, the
+/// element at the lower address in the low half (little-endian): the same
+/// as `combine32` on each half. ADD adds both lanes in one 64-bit addition
+/// (SWAR): the low 31 bits of each lane cannot carry out of their lane, and
+/// the lanes' top bits add without carry, which is an exclusive or. AND, OR
+/// and XOR are lane-wise already; the other operators go lane by lane.
+#[inline(always)]
+pub fn combine32x2(dtype: Dtype, alu: Alu, a: u64, b: u64) -> u64 {
+    const LOW31: u64 = 0x7FFF_FFFF_7FFF_FFFF;
+    const TOP: u64 = 0x8000_0000_8000_0000;
+    match (dtype, alu) {
+        (Dtype::I32 | Dtype::U32, Alu::Add) => ((a & LOW31) + (b & LOW31)) ^ ((a ^ b) & TOP),
+        (_, Alu::And) => a & b,
+        (_, Alu::Or) => a | b,
+        (_, Alu::Xor) => a ^ b,
+        _ => {
+            let lo = combine32(dtype, alu, a as u32, b as u32);
+            let hi = combine32(dtype, alu, (a >> 32) as u32, (b >> 32) as u32);
+            (hi as u64) << 32 | lo as u64
+        }
+    }
+}
+
 /// acc[i] = alu(acc[i], x[i]) element-wise on little-endian vectors of
 /// `dtype` (host side: the model, the ring's expected result, baselines).
 pub fn combine_into(dtype: Dtype, alu: Alu, acc: &mut [u8], x: &[u8]) {
@@ -445,6 +468,54 @@ mod tests {
             for (a, b) in [(3u32, 9u32), (u32::MAX, 0), (0x8000_0000, 1)] {
                 let once = combine32(Dtype::I32, alu, a, b);
                 assert_eq!(combine32(Dtype::I32, alu, once, b), once);
+            }
+        }
+    }
+
+    /// combine32x2 against combine32 on each lane, for every 32-bit pair
+    /// of edge values (carries into and out of bit 31, all ones, signs) in
+    /// both lanes, and random words.
+    #[test]
+    fn combine32x2_is_combine32_on_each_lane() {
+        let edges = [
+            0u32,
+            1,
+            2,
+            0x7FFF_FFFE,
+            0x7FFF_FFFF,
+            0x8000_0000,
+            0x8000_0001,
+            0xFFFF_FFFE,
+            0xFFFF_FFFF,
+            0x5555_5555,
+            0xAAAA_AAAA,
+            0x3F80_0000,
+            0x7FC0_0001,
+        ];
+        let mut rng = Rng(0x5EED);
+        let mut words: Vec<u64> = Vec::new();
+        for &hi in &edges {
+            for &lo in &edges {
+                words.push((hi as u64) << 32 | lo as u64);
+            }
+        }
+        words.extend((0..64).map(|_| (rng.next() as u64) << 32 | rng.next() as u64));
+        for &dtype in &[Dtype::I32, Dtype::U32, Dtype::F32] {
+            for &alu in Alu::ALL {
+                if dtype == Dtype::F32 && alu.is_bitwise() {
+                    continue;
+                }
+                for &a in &words {
+                    for &b in &words {
+                        let lo = combine32(dtype, alu, a as u32, b as u32);
+                        let hi = combine32(dtype, alu, (a >> 32) as u32, (b >> 32) as u32);
+                        assert_eq!(
+                            combine32x2(dtype, alu, a, b),
+                            (hi as u64) << 32 | lo as u64,
+                            "{dtype:?} {alu:?} {a:#018x} {b:#018x}"
+                        );
+                    }
+                }
             }
         }
     }

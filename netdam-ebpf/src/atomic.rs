@@ -49,3 +49,55 @@ pub unsafe fn xchg64(p: *mut u64, v: u64) -> u64 {
     }
     r
 }
+
+/// The operators ACCUMULATE applies with one BPF atomic instruction each
+/// (no fetch, Linux 5.12) instead of a compare-and-swap loop: `*p = *p <op> v`.
+pub trait AtomicOps: Copy {
+    /// # Safety
+    /// `p` points to a naturally aligned value in a map value (the verifier
+    /// rejects a misaligned atomic).
+    unsafe fn add(p: *mut Self, v: Self);
+    /// # Safety
+    /// As `add`.
+    unsafe fn and(p: *mut Self, v: Self);
+    /// # Safety
+    /// As `add`.
+    unsafe fn or(p: *mut Self, v: Self);
+    /// # Safety
+    /// As `add`.
+    unsafe fn xor(p: *mut Self, v: Self);
+}
+
+// The operand goes in r2 and the template names its 32-bit half w2 for the
+// u32 forms: Rust's `wreg` class needs the alu32 target feature, which the
+// rest of the program is not built with; the instruction's encoding is the
+// same either way (BPF_STX | BPF_ATOMIC | size, src_reg 2).
+macro_rules! atomic_ops {
+    ($t:ty, $size:literal, $reg:literal) => {
+        impl AtomicOps for $t {
+            #[inline(always)]
+            unsafe fn add(p: *mut Self, v: Self) {
+                // SAFETY: the caller's pointer.
+                unsafe { core::arch::asm!(concat!("lock *(", $size, " *)({p} + 0) += ", $reg), p = in(reg) p, in("r2") v as u64, options(nostack)) }
+            }
+            #[inline(always)]
+            unsafe fn and(p: *mut Self, v: Self) {
+                // SAFETY: the caller's pointer.
+                unsafe { core::arch::asm!(concat!("lock *(", $size, " *)({p} + 0) &= ", $reg), p = in(reg) p, in("r2") v as u64, options(nostack)) }
+            }
+            #[inline(always)]
+            unsafe fn or(p: *mut Self, v: Self) {
+                // SAFETY: the caller's pointer.
+                unsafe { core::arch::asm!(concat!("lock *(", $size, " *)({p} + 0) |= ", $reg), p = in(reg) p, in("r2") v as u64, options(nostack)) }
+            }
+            #[inline(always)]
+            unsafe fn xor(p: *mut Self, v: Self) {
+                // SAFETY: the caller's pointer.
+                unsafe { core::arch::asm!(concat!("lock *(", $size, " *)({p} + 0) ^= ", $reg), p = in(reg) p, in("r2") v as u64, options(nostack)) }
+            }
+        }
+    };
+}
+
+atomic_ops!(u32, "u32", "w2");
+atomic_ops!(u64, "u64", "r2");

@@ -7,6 +7,7 @@ use netdam_common::{
     NetdamHdr, Opcode, Status,
 };
 use netdam_tests::{progrun::*, PinDir, Rng};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 trait Elements {
     fn element(&mut self, w: u32) -> u64;
@@ -131,10 +132,15 @@ fn verifier_cost_is_reported() {
     let info = node.program().info().expect("program info");
     let insns = info.verified_instruction_count().unwrap_or(0);
     println!(
-        "netdam XDP program: {insns} instructions verified, loaded in {:.1} ms",
+        "netdam XDP program: {insns} instructions verified, loaded in {:.1} ms (with netdam_chain and netdam_inject)",
         load_time.as_secs_f64() * 1e3
     );
     assert!(insns > 0);
+    // The CHAIN program has a budget of its own (it is tail-called).
+    let chain = node.chain_program().info().expect("chain program info");
+    let chain_insns = chain.verified_instruction_count().unwrap_or(0);
+    println!("netdam_chain XDP program: {chain_insns} instructions verified");
+    assert!(chain_insns > 0);
 }
 
 fn accumulate_frame(dtype: Dtype, alu: Alu, addr: u64, v: &[u8], seq: u32) -> Vec<u8> {
@@ -273,4 +279,124 @@ fn accumulate_loses_no_update_under_two_cpus() {
             assert_eq!(u64::from_le_bytes(b), full, "{dtype:?} word {i} lost an update");
         }
     }
+}
+
+/// REDUCE and ACCUMULATE against the host ALU where the data path splits a
+/// vector: whole blocks, a shorter rest, a chunk boundary inside or at
+/// the edge of a block, and memory that is 4 but not 8 bytes aligned.
+#[test]
+fn vector_ops_match_the_host_alu_at_every_split() {
+    let node = load(&spec());
+    let mut rng = Rng(0x5B1);
+    let mut seq = 1u32;
+    let mut cases = 0;
+    for &dtype in Dtype::ALL {
+        let w = dtype.width() as u64;
+        for &alu in Alu::ALL {
+            if dtype == Dtype::F32 && alu.is_bitwise() {
+                continue;
+            }
+            // Element counts around the block sizes (16 or 32 elements of a 128-byte block).
+            for elems in [1u64, 2, 3, 15, 16, 17, 31, 32, 33, 64, 65, 97, 180] {
+                // Chunk offsets of the start, before a chunk boundary: aligned to 8, or to 4 only.
+                for before in [0u64, 4, 8, 60, 128, 132, 4 * elems / 2] {
+                    let addr = MEM_CHUNK as u64 - before * w / 4;
+                    if addr % w != 0 {
+                        continue;
+                    }
+                    cases += 1;
+                    let len = (elems * w) as usize;
+                    let mem: Vec<u8> = (0..len / w as usize)
+                        .flat_map(|_| rng.element(w as u32).to_le_bytes()[..w as usize].to_vec())
+                        .collect();
+                    let v: Vec<u8> = (0..len / w as usize)
+                        .flat_map(|_| rng.element(w as u32).to_le_bytes()[..w as usize].to_vec())
+                        .collect();
+                    let what = format!("{dtype:?} {alu:?} {elems} elements at {addr:#x}");
+                    node_zero(&node, addr - 8, len + 16);
+                    node.memory().write(addr, &mem).unwrap();
+                    let o = run(&node, &reduce_frame(dtype, alu, addr, &v));
+                    let a = parse_udp(&o.frame).unwrap();
+                    let (h, payload) = a.netdam().unwrap();
+                    assert_eq!(Status::from_u8(h.status), Some(Status::Ok), "REDUCE {what}");
+                    assert_eq!(payload, expected(dtype, alu, &v, &mem), "REDUCE {what}");
+                    seq += 1;
+                    let o = run(&node, &accumulate_frame(dtype, alu, addr, &v, seq));
+                    assert_eq!(status_of(&o), Some(Status::Ok), "ACCUMULATE {what}");
+                    let mut after = vec![0u8; len];
+                    node.memory().read(addr, &mut after).unwrap();
+                    assert_eq!(after, expected(dtype, alu, &mem, &v), "ACCUMULATE {what}");
+                    // The neighbours are untouched.
+                    let mut edges = [0u8; 8];
+                    node.memory().read(addr - 4, &mut edges[..4]).unwrap();
+                    node.memory().read(addr + len as u64, &mut edges[4..]).unwrap();
+                    assert_eq!(edges, [0; 8], "ACCUMULATE {what}");
+                }
+            }
+        }
+    }
+    assert!(cases > 1000, "{cases} cases");
+}
+
+/// ACCUMULATE ADD from two CPUs at once on the same elements: every add
+/// lands (the atomic instructions lose no update), for 4- and 8-byte elements.
+#[test]
+fn accumulate_add_loses_no_update_under_two_cpus() {
+    netdam_tests::require_root();
+    let dir = PinDir(std::path::PathBuf::from(format!(
+        "/sys/fs/bpf/netdam-test-{}-add",
+        std::process::id()
+    )));
+    let s = spec();
+    let nodes = [
+        netdam_user::Node::load(&s, Some(&dir.0)).unwrap(),
+        netdam_user::Node::load(&s, Some(&dir.0)).unwrap(),
+    ];
+    const ROUNDS: u32 = 2000;
+    let next_seq = AtomicU32::new(1);
+    let next_seq = &next_seq;
+    for (dtype, base) in [(Dtype::U32, RW.base), (Dtype::U64, RW.base + 2048)] {
+        let w = dtype.width() as usize;
+        node_zero(&nodes[0], base, 1440);
+        std::thread::scope(|scope| {
+            for (t, node) in nodes.iter().enumerate() {
+                scope.spawn(move || {
+                    // Element i gets i + 1 per request, from each thread.
+                    let v: Vec<u8> = (0..1440 / w)
+                        .flat_map(|i| ((i + 1) as u64).to_le_bytes()[..w].to_vec())
+                        .collect();
+                    for _ in 0..ROUNDS {
+                        // Both threads are one source: a seq from the shared counter, and
+                        // a new one when a seq went STALE (not executed) because the
+                        // other thread got 1024 ahead meanwhile.
+                        loop {
+                            let seq = next_seq.fetch_add(1, Ordering::Relaxed);
+                            let f = accumulate_frame(dtype, Alu::Add, base, &v, seq);
+                            match status_of(&run(node, &f)) {
+                                Some(Status::Ok) => break,
+                                Some(Status::Stale) => continue,
+                                other => panic!("{dtype:?} thread {t}: {other:?}"),
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        let mut m = vec![0u8; 1440];
+        nodes[0].memory().read(base, &mut m).unwrap();
+        for (i, e) in m.chunks(w).enumerate() {
+            let mut b = [0u8; 8];
+            b[..w].copy_from_slice(e);
+            assert_eq!(
+                u64::from_le_bytes(b),
+                2 * ROUNDS as u64 * (i as u64 + 1),
+                "{dtype:?} element {i} lost an update"
+            );
+        }
+    }
+}
+
+/// Zeroes `len` bytes of the node's memory at `addr`.
+fn node_zero(node: &netdam_user::Node, addr: u64, len: usize) {
+    node.memory().write(addr, &vec![0u8; len]).unwrap();
 }

@@ -396,6 +396,15 @@ impl Node {
             .expect("netdam is an XDP program")
     }
 
+    /// The loaded CHAIN program (tail-called by `netdam`), e.g. for its verifier cost.
+    pub fn chain_program(&self) -> &Xdp {
+        self.ebpf
+            .program(CHAIN_PROGRAM)
+            .expect("the object has the netdam_chain program")
+            .try_into()
+            .expect("netdam_chain is an XDP program")
+    }
+
     /// Attaches to `iface`; returns the mode that took.
     pub fn attach(&mut self, iface: &str, mode: AttachMode) -> Result<&'static str, ControllerError> {
         let prog = xdp(&mut self.ebpf, PROGRAM);
