@@ -1,7 +1,10 @@
 //! The bookkeeping of one bulk transfer: pieces 0..n, piece i sent with seq
 //! `base + i` (every attempt reuses it), at most `window` unanswered at once,
 //! resent once `timeout` passes without an answer, at most `attempts` sends
-//! each. No I/O here: the transfer loop asks what is due and reports answers.
+//! each. Until the first answer only one piece is out: a cold path (an
+//! unresolved ARP entry queues only a few packets and drops the rest) costs
+//! one round trip, not a window of timeouts. No I/O here: the transfer loop
+//! asks what is due and reports answers.
 
 use std::{
     collections::VecDeque,
@@ -84,7 +87,8 @@ impl Window {
             self.deadlines.pop_front();
             self.send(p, now, out);
         }
-        while out.len() < max && self.in_flight < self.window && self.next < self.sends.len() {
+        let window = if self.left < self.sends.len() { self.window } else { 1 };
+        while out.len() < max && self.in_flight < window && self.next < self.sends.len() {
             let p = self.next;
             self.next += 1;
             self.in_flight += 1;
@@ -141,30 +145,39 @@ mod tests {
         out
     }
 
+    /// A window whose first piece was sent and answered.
+    fn opened(base: u32, n: usize, window: usize, attempts: u32, t0: Instant) -> Window {
+        let mut w = Window::new(base, n, window, T, attempts);
+        assert_eq!(due(&mut w, t0, 100), [0], "one piece until the first answer");
+        assert_eq!(due(&mut w, t0, 100), Vec::<usize>::new());
+        assert_eq!(w.answer(base), Some(0));
+        w
+    }
+
     #[test]
     fn the_window_bounds_what_is_in_flight() {
         let t0 = Instant::now();
-        let mut w = Window::new(7, 10, 4, T, 3);
-        assert_eq!(due(&mut w, t0, 100), [0, 1, 2, 3]);
+        let mut w = opened(7, 11, 4, 3, t0);
+        assert_eq!(due(&mut w, t0, 100), [1, 2, 3, 4]);
         assert_eq!(due(&mut w, t0, 100), Vec::<usize>::new(), "full");
-        assert_eq!(w.answer(w.seq(2)), Some(2));
-        assert_eq!(w.answer(w.seq(0)), Some(0));
-        assert_eq!(due(&mut w, t0, 1), [4], "max per call");
-        assert_eq!(due(&mut w, t0, 100), [5]);
+        assert_eq!(w.answer(w.seq(3)), Some(3));
+        assert_eq!(w.answer(w.seq(1)), Some(1));
+        assert_eq!(due(&mut w, t0, 1), [5], "max per call");
+        assert_eq!(due(&mut w, t0, 100), [6]);
         assert!(!w.finished());
     }
 
     #[test]
     fn seqs_wrap_and_foreign_or_repeated_answers_are_ignored() {
         let t0 = Instant::now();
-        let mut w = Window::new(u32::MAX - 1, 4, 8, T, 3);
-        assert_eq!(due(&mut w, t0, 100), [0, 1, 2, 3]);
+        let mut w = opened(u32::MAX - 1, 4, 8, 3, t0);
+        assert_eq!(due(&mut w, t0, 100), [1, 2, 3]);
         assert_eq!(w.seq(3), 1);
         assert_eq!(w.answer(1), Some(3));
         assert_eq!(w.answer(1), None, "a late duplicate");
         assert_eq!(w.answer(2), None, "not ours");
         assert_eq!(w.answer(u32::MAX - 5), None, "not ours");
-        for p in 0..3 {
+        for p in 1..3 {
             assert_eq!(w.answer(w.seq(p)), Some(p));
         }
         assert!(w.finished());
@@ -173,7 +186,7 @@ mod tests {
     #[test]
     fn unsent_pieces_cannot_be_answered() {
         let t0 = Instant::now();
-        let mut w = Window::new(0, 10, 2, T, 3);
+        let mut w = opened(0, 10, 2, 3, t0);
         due(&mut w, t0, 100);
         assert_eq!(w.answer(5), None);
         assert_eq!(w.answer(1), Some(1));
@@ -182,22 +195,22 @@ mod tests {
     #[test]
     fn expired_pieces_are_resent_first_with_their_seq_until_attempts_run_out() {
         let t0 = Instant::now();
-        let mut w = Window::new(100, 5, 2, T, 2);
-        assert_eq!(due(&mut w, t0, 100), [0, 1]);
+        let mut w = opened(100, 6, 2, 2, t0);
+        assert_eq!(due(&mut w, t0, 100), [1, 2]);
         assert_eq!(w.next_deadline(), Some(t0 + T));
-        w.answer(w.seq(0));
-        assert_eq!(due(&mut w, t0 + T / 2, 100), [2]);
-        assert_eq!(w.next_deadline(), Some(t0 + T), "piece 1 is still out");
-        // Piece 1 expires: it is resent before anything new, and holds its slot.
-        assert_eq!(due(&mut w, t0 + T, 100), [1]);
+        w.answer(w.seq(1));
+        assert_eq!(due(&mut w, t0 + T / 2, 100), [3]);
+        assert_eq!(w.next_deadline(), Some(t0 + T), "piece 2 is still out");
+        // Piece 2 expires: it is resent before anything new, and holds its slot.
+        assert_eq!(due(&mut w, t0 + T, 100), [2]);
         assert_eq!(w.resends(), 1);
-        assert_eq!(w.next_deadline(), Some(t0 + T / 2 + T), "piece 2 now");
-        // Piece 2's second attempt, then piece 1 runs out.
-        assert_eq!(due(&mut w, t0 + T / 2 + T, 100), [2]);
+        assert_eq!(w.next_deadline(), Some(t0 + T / 2 + T), "piece 3 now");
+        // Piece 3's second attempt, then piece 2 runs out.
+        assert_eq!(due(&mut w, t0 + T / 2 + T, 100), [3]);
         let mut out = Vec::new();
         assert_eq!(
             w.due(t0 + 2 * T, 100, &mut out),
-            Err(Exhausted { piece: 1, attempts: 2 })
+            Err(Exhausted { piece: 2, attempts: 2 })
         );
     }
 
@@ -206,10 +219,11 @@ mod tests {
         let t0 = Instant::now();
         let mut w = Window::new(0, 2, 2, T, 5);
         due(&mut w, t0, 100);
-        assert_eq!(due(&mut w, t0 + T, 100), [0, 1]);
+        assert_eq!(due(&mut w, t0 + T, 100), [0], "still one piece out");
         // The first attempt's answer arrives late: it counts, the second's is ignored.
         assert_eq!(w.answer(0), Some(0));
         assert_eq!(w.answer(0), None);
+        assert_eq!(due(&mut w, t0 + T, 100), [1]);
         assert_eq!(w.answer(1), Some(1));
         assert!(w.finished());
         assert_eq!(w.next_deadline(), None);
