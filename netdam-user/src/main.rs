@@ -303,7 +303,7 @@ struct NodeArgs {
     #[arg(long, default_value_t = 10)]
     retries: u32,
     /// Requests in flight at once (1..1023).
-    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u16).range(1..1024))]
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u16).range(1..1024))]
     window: u16,
     /// IP MTU of the path to the node: sets the payload per request.
     #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(100..=9216))]

@@ -49,14 +49,7 @@ impl BatchSocket {
         let sock = std::net::UdpSocket::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)))?;
         sock.connect(SocketAddr::from((node, port)))?;
         sock.set_nonblocking(true)?;
-        for (force, plain) in [
-            (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
-            (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
-        ] {
-            if setsockopt(&sock, libc::SOL_SOCKET, force, SOCKET_BUFFER).is_err() {
-                let _ = setsockopt(&sock, libc::SOL_SOCKET, plain, SOCKET_BUFFER);
-            }
-        }
+        grow_buffers(&sock);
         Ok(BatchSocket {
             sock: tokio::net::UdpSocket::from_std(sock)?,
             gso: AtomicBool::new(true),
@@ -251,6 +244,18 @@ fn group_lengths(lens: &[usize]) -> Vec<usize> {
         i += n;
     }
     groups
+}
+
+/// Raises the socket's buffers to SOCKET_BUFFER, as far as allowed.
+pub(super) fn grow_buffers(sock: &std::net::UdpSocket) {
+    for (force, plain) in [
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+    ] {
+        if setsockopt(sock, libc::SOL_SOCKET, force, SOCKET_BUFFER).is_err() {
+            let _ = setsockopt(sock, libc::SOL_SOCKET, plain, SOCKET_BUFFER);
+        }
+    }
 }
 
 fn setsockopt(sock: &std::net::UdpSocket, level: libc::c_int, opt: libc::c_int, v: libc::c_int) -> io::Result<()> {

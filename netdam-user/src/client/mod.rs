@@ -50,7 +50,7 @@ impl Default for ClientConfig {
             port: DEFAULT_PORT,
             timeout: Duration::from_millis(200),
             retries: 10,
-            window: 64,
+            window: 128,
             mtu: 1500,
         }
     }
@@ -158,9 +158,11 @@ impl Drop for Client {
 impl Client {
     /// A client of the node at `node`, from an ephemeral local port.
     pub async fn connect(node: Ipv4Addr, cfg: ClientConfig) -> Result<Client, ClientError> {
-        let sock = UdpSocket::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))).await?;
-        sock.connect(SocketAddr::from((node, cfg.port))).await?;
-        let sock = Arc::new(sock);
+        let sock = std::net::UdpSocket::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)))?;
+        sock.connect(SocketAddr::from((node, cfg.port)))?;
+        sock.set_nonblocking(true)?;
+        batch::grow_buffers(&sock);
+        let sock = Arc::new(UdpSocket::from_std(sock)?);
         let pending: Pending = Arc::default();
         let receiver = tokio::spawn(receive(sock.clone(), pending.clone()));
         Ok(Client {
