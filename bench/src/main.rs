@@ -6,6 +6,9 @@
 //! `node`: WRITE throughput and READ latency of one node against the
 //! XDP_DROP ceiling and a userspace server (`node.rs`).
 //!
+//! `client`: `Client` write and read of 64 MiB against the node's WRITE
+//! ceiling at the client's request size (`client.rs`).
+//!
 //! `fpga`: the HLS port's C engine beside the XDP program (`fpga.rs`).
 //!
 //! `msg`: MSG delivery into AF_XDP against recvmmsg, and the bytes
@@ -18,6 +21,7 @@
 //! kernel-measured durations, so syscall overhead is not in it.
 
 mod allreduce;
+mod client;
 mod fpga;
 mod msg;
 mod node;
@@ -50,6 +54,8 @@ enum Cmd {
     /// One node: WRITE 1 KiB throughput against the XDP_DROP ceiling and a userspace
     /// server, READ 64 B latency against the userspace server.
     Node(node::Args),
+    /// 64 MiB WRITE and READ through the client against the node's WRITE ceiling at the same request size.
+    Client(client::Args),
     /// The HLS port's C engine beside the XDP program: NOP, WRITE 1 KiB, ACCUMULATE 1 KiB.
     Fpga(fpga::Args),
     /// MSG into AF_XDP vs recvmmsg (64 B, 1 KiB); host bytes per 1 KiB WRITE_NOTIFY vs the socket.
@@ -104,6 +110,7 @@ fn main() -> Result<()> {
         Cmd::XdpOps { runs, json } => xdp_ops(runs, json),
         Cmd::Allreduce(a) => allreduce::run(a),
         Cmd::Node(a) => node::run(a),
+        Cmd::Client(a) => client::run(a),
         Cmd::Msg(a) => msg::run(a),
         Cmd::Fpga(a) => fpga::run(a),
     }

@@ -51,7 +51,7 @@ use crate::udp_node::UdpNode;
 const PREFIX: &str = "nbnd";
 const RKEY: u32 = 0x1234;
 const MEM: usize = 16 << 20;
-const CLIENT_PORT: u16 = 40000;
+pub(crate) const CLIENT_PORT: u16 = 40000;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -145,13 +145,13 @@ pub fn run(a: Args) -> Result<()> {
 }
 
 /// WRITEs the NetDAM node answered OK so far.
-fn write_ok(tb: &Testbed) -> Result<u64> {
+pub(crate) fn write_ok(tb: &Testbed) -> Result<u64> {
     Ok(Stats::read_pinned(&tb.hosts[0].pin_dir)?.requests("WRITE", Status::Ok))
 }
 
 /// Transmits `frame` from host 1 for `duration` with live frames, while
 /// host 1 drops whatever comes back in XDP; (frames sent, seconds).
-fn generate(tb: &Testbed, frame: &[u8], duration: Duration) -> Result<(u64, f64)> {
+pub(crate) fn generate(tb: &Testbed, frame: &[u8], duration: Duration) -> Result<(u64, f64)> {
     let frame = frame.to_vec();
     netdam_user::testbed::in_netns(&tb.hosts[1].netns, move || -> Result<(u64, f64)> {
         let mut ebpf = EbpfLoader::new().load(NETDAM_XDP).context("loading the generator")?;
@@ -309,7 +309,7 @@ fn read_latency(tb: &Testbed, samples: u32) -> Result<(f64, f64)> {
     })?
 }
 
-fn median(v: &[f64]) -> f64 {
+pub(crate) fn median(v: &[f64]) -> f64 {
     let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]

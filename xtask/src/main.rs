@@ -80,8 +80,8 @@ enum Cmd {
     },
     /// Set up (and OpenMPI), build, run the benchmarks; results (JSON, SVG) go under results/ (not committed).
     Bench {
-        /// Which to run (default: all): xdp-ops, allreduce, node, fpga, msg, memwall.
-        #[arg(value_parser = ["xdp-ops", "allreduce", "node", "fpga", "msg", "memwall"])]
+        /// Which to run (default: all): xdp-ops, allreduce, node, client, fpga, msg, memwall.
+        #[arg(value_parser = ["xdp-ops", "allreduce", "node", "client", "fpga", "msg", "memwall"])]
         which: Vec<String>,
     },
     /// Set up, build, run every test: host unit tests, then (as root) the XDP program
@@ -286,6 +286,13 @@ fn run(cli: Cli) -> Result<()> {
                 cmd(Command::new(&bench)
                     .env("NETDAM_BIN", netdam_bin(&root))
                     .args(["node", "--out"])
+                    .arg(&results))?;
+            }
+            if wants("client") {
+                println!("==> bench: 64 MiB WRITE/READ through the client vs the node's WRITE ceiling");
+                cmd(Command::new(&bench)
+                    .env("NETDAM_BIN", netdam_bin(&root))
+                    .args(["client", "--out"])
                     .arg(&results))?;
             }
             if wants("fpga") {

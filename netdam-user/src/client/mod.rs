@@ -1,6 +1,11 @@
 //! The NetDAM client library: requests over kernel UDP with a per-request
 //! timeout, retransmission of idempotent ops, and large transfers split into
-//! MTU-sized requests with a bounded window in flight.
+//! MTU-sized requests with a bounded window in flight. WRITE and READ
+//! transfers send and receive in batches (`batch`) under one window's
+//! bookkeeping (`window`).
+
+mod batch;
+mod window;
 
 use std::{
     collections::HashMap,
@@ -19,6 +24,11 @@ use netdam_common::{
 };
 use thiserror::Error;
 use tokio::{net::UdpSocket, sync::oneshot, task::JoinHandle};
+
+use self::{
+    batch::{BatchSocket, Packet, RecvBufs},
+    window::Window,
+};
 
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
@@ -40,7 +50,7 @@ impl Default for ClientConfig {
             port: DEFAULT_PORT,
             timeout: Duration::from_millis(200),
             retries: 10,
-            window: 64,
+            window: 128,
             mtu: 1500,
         }
     }
@@ -121,6 +131,12 @@ pub struct Reply {
     pub payload: Vec<u8>,
 }
 
+/// An answer in a transfer's receive buffer.
+struct Answer<'a> {
+    hdr: NetdamHdr,
+    payload: &'a [u8],
+}
+
 type Pending = Arc<Mutex<HashMap<u32, oneshot::Sender<Reply>>>>;
 
 /// A client of one node.
@@ -142,9 +158,11 @@ impl Drop for Client {
 impl Client {
     /// A client of the node at `node`, from an ephemeral local port.
     pub async fn connect(node: Ipv4Addr, cfg: ClientConfig) -> Result<Client, ClientError> {
-        let sock = UdpSocket::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))).await?;
-        sock.connect(SocketAddr::from((node, cfg.port))).await?;
-        let sock = Arc::new(sock);
+        let sock = std::net::UdpSocket::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)))?;
+        sock.connect(SocketAddr::from((node, cfg.port)))?;
+        sock.set_nonblocking(true)?;
+        batch::grow_buffers(&sock);
+        let sock = Arc::new(UdpSocket::from_std(sock)?);
         let pending: Pending = Arc::default();
         let receiver = tokio::spawn(receive(sock.clone(), pending.clone()));
         Ok(Client {
@@ -248,7 +266,9 @@ impl Client {
     }
 
     /// Writes `data` at `addr` of region `rkey`, in MTU-sized acknowledged
-    /// WRITEs with `window` in flight; `progress` gets the bytes of each finished piece.
+    /// WRITEs with `window` in flight, sent and answered in batches (one
+    /// system call for many requests); `progress` gets the bytes of each
+    /// finished piece.
     pub async fn write(
         &self,
         rkey: u32,
@@ -257,23 +277,24 @@ impl Client {
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<(), ClientError> {
         let unit = self.unit("write")?;
-        stream::iter(data.chunks(unit).enumerate())
-            .map(|(i, piece)| async move {
-                let mut h = NetdamHdr::request(Opcode::Write);
-                h.flags = flags::ACK_REQ;
-                h.set_rkey(rkey);
-                h.set_addr(addr + (i * unit) as u64);
-                h.set_len(piece.len() as u16);
-                self.request(h, piece, true).await?;
-                progress(piece.len());
-                Ok::<_, ClientError>(())
-            })
-            .buffer_unordered(self.cfg.window.max(1))
-            .try_collect::<()>()
-            .await
+        let piece = |i: usize| {
+            let bytes = &data[i * unit..data.len().min((i + 1) * unit)];
+            let mut h = NetdamHdr::request(Opcode::Write);
+            h.flags = flags::ACK_REQ;
+            h.set_rkey(rkey);
+            h.set_addr(addr + (i * unit) as u64);
+            h.set_len(bytes.len() as u16);
+            (h, bytes)
+        };
+        self.transfer("WRITE", data.len().div_ceil(unit), piece, |i, _| {
+            progress(unit.min(data.len() - i * unit));
+            Ok(())
+        })
+        .await
     }
 
-    /// Reads `len` bytes at `addr` of region `rkey`, in MTU-sized READs.
+    /// Reads `len` bytes at `addr` of region `rkey`, in MTU-sized READs,
+    /// batched like `write`.
     pub async fn read(
         &self,
         rkey: u32,
@@ -282,38 +303,116 @@ impl Client {
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<Vec<u8>, ClientError> {
         let unit = self.unit("read")?;
-        let pieces = len.div_ceil(unit);
         let mut out = vec![0u8; len];
         let padding = vec![0u8; unit];
-        let mut answers = stream::iter(0..pieces)
-            .map(|i| {
-                let n = unit.min(len - i * unit);
-                let padding = &padding[..n];
-                async move {
-                    let mut h = NetdamHdr::request(Opcode::Read);
-                    h.set_rkey(rkey);
-                    h.set_addr(addr + (i * unit) as u64);
-                    h.set_len(n as u16);
-                    let r = self.request(h, padding, true).await?;
-                    if r.payload.len() != n || r.hdr.len() as usize != n {
+        let size = |i: usize| unit.min(len - i * unit);
+        let piece = |i: usize| {
+            let mut h = NetdamHdr::request(Opcode::Read);
+            h.set_rkey(rkey);
+            h.set_addr(addr + (i * unit) as u64);
+            h.set_len(size(i) as u16);
+            (h, &padding[..size(i)])
+        };
+        self.transfer("READ", len.div_ceil(unit), piece, |i, r| {
+            let n = size(i);
+            if r.payload.len() != n || r.hdr.len() as usize != n {
+                return Err(ClientError::Malformed {
+                    node: self.node,
+                    what: format!(
+                        "READ of {n} bytes answered with {} (len {})",
+                        r.payload.len(),
+                        r.hdr.len()
+                    ),
+                });
+            }
+            out[i * unit..i * unit + n].copy_from_slice(r.payload);
+            progress(n);
+            Ok(())
+        })
+        .await?;
+        Ok(out)
+    }
+
+    /// `n` idempotent requests, piece i being `piece(i)`, through a socket of
+    /// their own: up to `window` unanswered, sent in batches, each resent
+    /// after the timeout with its seq, up to `retries` times; `answered`
+    /// gets each piece's OK answer once.
+    async fn transfer<'a>(
+        &self,
+        op: &'static str,
+        n: usize,
+        piece: impl Fn(usize) -> (NetdamHdr, &'a [u8]),
+        mut answered: impl FnMut(usize, Answer<'_>) -> Result<(), ClientError>,
+    ) -> Result<(), ClientError> {
+        let count = u32::try_from(n).map_err(|_| ClientError::Usage {
+            op,
+            what: format!("{n} requests are more than one transfer can number"),
+        })?;
+        let sock = BatchSocket::connect(self.node, self.cfg.port).await?;
+        let base = self.seq.fetch_add(count, Ordering::Relaxed);
+        let attempts = 1 + self.cfg.retries;
+        let mut w = Window::new(base, n, self.cfg.window, self.cfg.timeout, attempts);
+        let mut bufs = RecvBufs::new(self.cfg.mtu as usize);
+        let mut due = Vec::new();
+        while !w.finished() {
+            w.due(Instant::now(), usize::MAX, &mut due)
+                .map_err(|e| ClientError::Timeout {
+                    op,
+                    node: self.node,
+                    port: self.cfg.port,
+                    attempts: e.attempts,
+                    timeout: self.cfg.timeout,
+                })?;
+            let packets: Vec<Packet> = due
+                .iter()
+                .map(|&p| {
+                    let (mut h, payload) = piece(p);
+                    h.set_seq(w.seq(p));
+                    Packet {
+                        hdr: h.to_bytes(),
+                        payload,
+                    }
+                })
+                .collect();
+            sock.send_all(&packets).await?;
+            // Wait only when nothing was sent: the window is full or every piece is out.
+            let got = match (packets.is_empty(), w.next_deadline()) {
+                (true, Some(deadline)) => {
+                    match tokio::time::timeout_at(deadline.into(), sock.recv(&mut bufs, true)).await {
+                        Ok(r) => r?,
+                        Err(_) => 0,
+                    }
+                }
+                _ => sock.recv(&mut bufs, false).await?,
+            };
+            for k in 0..got {
+                let Some((hdr, payload)) = response(bufs.get(k)) else {
+                    continue;
+                };
+                let Some(p) = w.answer(hdr.seq()) else {
+                    continue;
+                };
+                match Status::from_u8(hdr.status) {
+                    Some(Status::Ok) => answered(p, Answer { hdr, payload })?,
+                    Some(status) => {
+                        return Err(ClientError::Refused {
+                            op,
+                            node: self.node,
+                            addr: piece(p).0.addr(),
+                            status,
+                        })
+                    }
+                    None => {
                         return Err(ClientError::Malformed {
                             node: self.node,
-                            what: format!(
-                                "READ of {n} bytes answered with {} (len {})",
-                                r.payload.len(),
-                                r.hdr.len()
-                            ),
-                        });
+                            what: format!("unknown status {}", hdr.status),
+                        })
                     }
-                    progress(n);
-                    Ok((i, r.payload))
                 }
-            })
-            .buffer_unordered(self.cfg.window.max(1));
-        while let Some((i, data)) = answers.try_next().await? {
-            out[i * unit..i * unit + data.len()].copy_from_slice(&data);
+            }
         }
-        Ok(out)
+        log::debug!("{op}: {n} requests, {} resent", w.resends());
+        Ok(())
     }
 
     /// REDUCE: alu(v[i], mem[i]) for the little-endian vector `v` against
@@ -474,20 +573,23 @@ async fn receive(sock: Arc<UdpSocket>, pending: Pending) {
                 continue;
             }
         };
-        let Some(hdr) = NetdamHdr::from_bytes(&buf[..n]) else {
+        let Some((hdr, payload)) = response(&buf[..n]) else {
             continue;
         };
-        if !hdr.is_response() {
-            continue;
-        }
-        let end = (HDR_LEN + hdr.sr_len as usize + hdr.len() as usize).min(n);
-        let start = (HDR_LEN + hdr.sr_len as usize).min(end);
         let waiter = pending.lock().expect("pending lock").remove(&hdr.seq());
         if let Some(tx) = waiter {
             let _ = tx.send(Reply {
                 hdr,
-                payload: buf[start..end].to_vec(),
+                payload: payload.to_vec(),
             });
         }
     }
+}
+
+/// A NetDAM response's header and payload; `None` for anything else.
+fn response(datagram: &[u8]) -> Option<(NetdamHdr, &[u8])> {
+    let hdr = NetdamHdr::from_bytes(datagram).filter(NetdamHdr::is_response)?;
+    let end = (HDR_LEN + hdr.sr_len as usize + hdr.len() as usize).min(datagram.len());
+    let start = (HDR_LEN + hdr.sr_len as usize).min(end);
+    Some((hdr, &datagram[start..end]))
 }

@@ -1,0 +1,182 @@
+//! The client issue's benchmark, on one node of a 2-host testbed (host 0 the
+//! node, host 1 the client), repetition by repetition, medians:
+//!
+//! the node's WRITE ceiling, measured as in `node` (the live-frames
+//! generator on host 1, no system call per frame, the acks dropped in XDP)
+//! but with WRITE frames of the client's request size (the payload an MTU
+//! 1500 path carries, 1440 bytes), against `Client::write` and
+//! `Client::read` of 64 MiB from host 1 in the same run. Figures are MB/s of
+//! payload: the ceiling is node WRITE frames/s x payload bytes per frame.
+
+use std::{path::PathBuf, time::Duration};
+
+use anyhow::{ensure, Context as _, Result};
+use netdam_common::{
+    frame::{netdam_frame, Endpoint},
+    wire::{flags, DEFAULT_PORT},
+    NetdamHdr, Opcode,
+};
+use netdam_tests::{netdam_bin, require_root, Rng};
+use netdam_user::{
+    plot,
+    testbed::{host_ip, host_mac, Testbed},
+    Client, ClientConfig,
+};
+use serde::Serialize;
+
+use crate::node::{generate, median, write_ok, CLIENT_PORT};
+
+const PREFIX: &str = "nbcl";
+const RKEY: u32 = 0x1234;
+const SIZE: usize = 64 << 20;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Repetitions (medians are reported).
+    #[arg(long, default_value_t = 5)]
+    reps: u32,
+    /// Seconds of generator traffic per ceiling measurement.
+    #[arg(long, default_value_t = 2.0)]
+    secs: f64,
+    /// The client's window (requests in flight); default: the library's.
+    #[arg(long)]
+    window: Option<usize>,
+    /// Where the JSON and the SVG plot go.
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
+}
+
+#[derive(Serialize, Default)]
+struct Results {
+    payload_bytes: usize,
+    window: usize,
+    /// Per repetition: the node's WRITE frames/s under the generator, and MB/s of payload.
+    node_write_fps: Vec<f64>,
+    ceiling_mb_s: Vec<f64>,
+    client_write_mb_s: Vec<f64>,
+    client_read_mb_s: Vec<f64>,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    require_root();
+    let cfg = ClientConfig {
+        window: a.window.unwrap_or(ClientConfig::default().window),
+        ..ClientConfig::default()
+    };
+    let unit = cfg.max_payload();
+    let tb = Testbed::up(PREFIX, 2, cfg.mtu)?;
+    let serve_args: Vec<String> = [
+        "--mem-size",
+        "64MiB",
+        "--region",
+        &format!("{RKEY:#x}:0:64MiB:rw"),
+        "--mode",
+        "native",
+    ]
+    .map(String::from)
+    .to_vec();
+    let served = tb.serve(0, &netdam_bin(), &serve_args)?;
+    let node = Endpoint {
+        mac: host_mac(0),
+        ip: host_ip(0),
+        port: DEFAULT_PORT,
+    };
+    let client = Endpoint {
+        mac: host_mac(1),
+        ip: host_ip(1),
+        port: CLIENT_PORT,
+    };
+    let mut h = NetdamHdr::request(Opcode::Write);
+    h.flags = flags::ACK_REQ;
+    h.set_rkey(RKEY);
+    h.set_addr(4096);
+    h.set_len(unit as u16);
+    let frame = netdam_frame(&client, &node, &h, &vec![0x5A; unit]);
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let data: Vec<u8> = (0..SIZE).map(|_| rng.next_u64() as u8).collect();
+    let mut r = Results {
+        payload_bytes: unit,
+        window: cfg.window,
+        ..Results::default()
+    };
+    // One untimed round trip first: ARP and the caches warm.
+    transfer(&tb, cfg.clone(), data.clone())?;
+    for rep in 1..=a.reps {
+        eprintln!("repetition {rep}/{}: the node's WRITE ceiling", a.reps);
+        let before = write_ok(&tb)?;
+        let (_, secs) = generate(&tb, &frame, Duration::from_secs_f64(a.secs))?;
+        let fps = (write_ok(&tb)? - before) as f64 / secs;
+        r.node_write_fps.push(fps);
+        r.ceiling_mb_s.push(fps * unit as f64 / 1e6);
+        eprintln!("repetition {rep}/{}: the client, 64 MiB WRITE and READ", a.reps);
+        let (w, rd) = transfer(&tb, cfg.clone(), data.clone())?;
+        r.client_write_mb_s.push(SIZE as f64 / w / 1e6);
+        r.client_read_mb_s.push(SIZE as f64 / rd / 1e6);
+    }
+    served.stop();
+    report(&a, &r)
+}
+
+/// `Client::write` of `data` at 0, then `Client::read` of it back, from
+/// host 1; (write seconds, read seconds). Fails unless byte-exact.
+fn transfer(tb: &Testbed, cfg: ClientConfig, data: Vec<u8>) -> Result<(f64, f64)> {
+    tb.in_host(1, move || -> Result<(f64, f64)> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        rt.block_on(async {
+            let c = Client::connect(host_ip(0), cfg).await?;
+            let t = std::time::Instant::now();
+            c.write(RKEY, 0, &data, &|_| {}).await.context("64 MiB WRITE")?;
+            let w = t.elapsed().as_secs_f64();
+            let t = std::time::Instant::now();
+            let back = c.read(RKEY, 0, data.len(), &|_| {}).await.context("64 MiB READ")?;
+            let rd = t.elapsed().as_secs_f64();
+            ensure!(back == data, "the 64 MiB read back differ from what was written");
+            Ok((w, rd))
+        })
+    })?
+}
+
+fn report(a: &Args, r: &Results) -> Result<()> {
+    let ceiling = median(&r.ceiling_mb_s);
+    let (w, rd) = (median(&r.client_write_mb_s), median(&r.client_read_mb_s));
+    println!(
+        "64 MiB through the client (window {}, {}-byte requests) against the node's WRITE ceiling \
+         (live-frames generator, {}-byte WRITEs), median of {} repetitions",
+        r.window, r.payload_bytes, r.payload_bytes, a.reps
+    );
+    println!("{:<36} {:>10} {:>8}", "", "MB/s", "ratio");
+    println!(
+        "{:<36} {:>10.1} {:>7.2}x  ({:.0} WRITE frames/s)",
+        "node WRITE ceiling",
+        ceiling,
+        1.0,
+        median(&r.node_write_fps)
+    );
+    for (name, v) in [("Client::write (netdam write)", w), ("Client::read (netdam read)", rd)] {
+        println!("{name:<36} {v:>10.1} {:>7.2}x", v / ceiling);
+    }
+    let met = |x: f64| if x >= 0.8 { "met" } else { "not met" };
+    println!(
+        "goal >= 0.8x the ceiling: write {:.2}x ({}), read {:.2}x ({})",
+        w / ceiling,
+        met(w / ceiling),
+        rd / ceiling,
+        met(rd / ceiling)
+    );
+    std::fs::create_dir_all(&a.out)?;
+    let json = a.out.join("bench-client.json");
+    std::fs::write(&json, serde_json::to_string_pretty(r)?)?;
+    let svg = plot::bars(
+        "64 MiB through the client against the node's WRITE ceiling, MB/s",
+        &[
+            ("node WRITE ceiling", ceiling),
+            ("client write", w),
+            ("client read", rd),
+        ],
+        &[],
+    );
+    let svg_path = a.out.join("bench-client.svg");
+    std::fs::write(&svg_path, svg)?;
+    eprintln!("results: {} and {}", json.display(), svg_path.display());
+    Ok(())
+}
