@@ -301,7 +301,7 @@ fn vector_ops_match_the_host_alu_at_every_split() {
                 // Chunk offsets of the start, before a chunk boundary: aligned to 8, or to 4 only.
                 for before in [0u64, 4, 8, 60, 128, 132, 4 * elems / 2] {
                     let addr = MEM_CHUNK as u64 - before * w / 4;
-                    if addr % w != 0 {
+                    if !addr.is_multiple_of(w) {
                         continue;
                     }
                     cases += 1;
