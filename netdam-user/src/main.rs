@@ -21,7 +21,7 @@ use netdam_user::{
         table::{self, MemberRow},
         Allreduce, Collective, CollectiveConfig, Group, TxPath,
     },
-    controller::{neighbours, pins, split::SplitTable, AttachMode, Interface, LocalNode, Node, NodeSpec},
+    controller::{neighbours, pins, split::SplitTable, sysctls, AttachMode, Interface, LocalNode, Node, NodeSpec},
     memwall::{self, MemwallConfig},
     plot,
     stats::Stats,
@@ -86,7 +86,8 @@ enum Cmd {
     /// section 9): the first --keep payload bytes reach the AF_XDP socket, the
     /// rest stays in a ring in NetDAM memory. Without --port, lists the ports.
     Split(SplitArgs),
-    /// Remove a local node's pinned maps: its memory and counters are lost.
+    /// Remove a local node's pinned maps (its memory and counters are lost), and put back the kernel
+    /// settings a killed `serve` of it left on (run it in the node's namespace).
     Unpin(PinDirArgs),
     /// Benchmarks a user runs on their own host (needs root; builds its own testbed).
     #[command(subcommand)]
@@ -761,6 +762,11 @@ async fn run(cli: Cli) -> Result<()> {
             let Some(dir) = a.pin_dir else {
                 bail!("give the node's --pin-dir (e.g. /sys/fs/bpf/netdam/eth0)")
             };
+            // Settings a killed `serve` left on go back first: the record is
+            // found by the pin directory.
+            for path in sysctls::restore_recorded(&dir)? {
+                println!("restored {} to its value before `netdam serve`", path.display());
+            }
             let removed = pins::unpin(&dir)?;
             println!("removed {} pin(s) from {}", removed.len(), dir.display());
             Ok(())
@@ -980,47 +986,6 @@ fn line_text(v: &serde_json::Value) -> String {
     s
 }
 
-/// Kernel settings of the served interface that CHAIN needs, the old
-/// values restored on drop: IPv4 forwarding, without which
-/// `bpf_fib_lookup` resolves no next hop, and accepting packets from the
-/// node's own address, which is what the answer to a collective this host
-/// originated looks like when the chain ends here (docs/conformance.md 13).
-struct SysctlGuard {
-    saved: Vec<(PathBuf, String)>,
-}
-
-impl SysctlGuard {
-    fn chain_settings(iface: &str) -> Result<SysctlGuard> {
-        let mut guard = SysctlGuard { saved: Vec::new() };
-        for (name, why) in [
-            ("forwarding", "IPv4 forwarding, for CHAIN next hops"),
-            (
-                "accept_local",
-                "accepting its own address as a source, for chain answers to this host",
-            ),
-        ] {
-            let path = PathBuf::from(format!("/proc/sys/net/ipv4/conf/{iface}/{name}"));
-            let old = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-            if old.trim() != "1" {
-                std::fs::write(&path, "1").with_context(|| format!("turning on {why} ({})", path.display()))?;
-                log::info!("turned on {why} on {iface} (restored on exit)");
-                guard.saved.push((path, old));
-            }
-        }
-        Ok(guard)
-    }
-}
-
-impl Drop for SysctlGuard {
-    fn drop(&mut self) {
-        for (path, old) in &self.saved {
-            if let Err(e) = std::fs::write(path, old.trim()) {
-                log::warn!("restoring {}: {e}", path.display());
-            }
-        }
-    }
-}
-
 async fn serve(a: ServeArgs) -> Result<()> {
     let iface = Interface::lookup(&a.iface).with_context(|| format!("interface {}", a.iface))?;
     let ipv4 = match a.ip.or(iface.ipv4) {
@@ -1069,7 +1034,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
             pin_dir.display()
         );
     }
-    let sysctls = SysctlGuard::chain_settings(&a.iface)?;
+    let sysctls = sysctls::ChainSysctls::turn_on(&a.iface, &pin_dir).context("the kernel settings CHAIN needs")?;
     let unresolved = neighbours::resolve(&a.iface, ipv4, &spec.peers, Duration::from_secs(1));
     if !unresolved.is_empty() {
         log::warn!("no neighbour entry yet for peer(s) {unresolved:?}: CHAIN packets to them are dropped until they answer ARP");
@@ -1088,6 +1053,9 @@ async fn serve(a: ServeArgs) -> Result<()> {
         spec.peers.len()
     );
     let mut term = tokio::signal::unix::signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    // A hangup (the terminal or SSH session closed) would otherwise end the
+    // process without detaching or restoring the kernel settings.
+    let mut hangup = tokio::signal::unix::signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
     let log_fd = match node.log_fd() {
         Some(fd) => {
             let owned = fd.try_clone_to_owned().context("duplicating the eBPF log fd")?;
@@ -1113,6 +1081,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
             }
             _ = tokio::signal::ctrl_c() => { log::info!("Ctrl-C: detaching"); break; }
             _ = term.recv() => { log::info!("SIGTERM: detaching"); break; }
+            _ = hangup.recv() => { log::info!("SIGHUP: detaching"); break; }
             r = async { match &log_fd { Some(fd) => fd.readable().await.map(|mut g| g.clear_ready()), None => std::future::pending().await } } => {
                 r.context("polling the eBPF log")?;
                 node.flush_log();
@@ -1120,7 +1089,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
         }
     }
     node.detach()?;
-    drop(sysctls);
+    sysctls.restore().context("restoring the kernel settings")?;
     log::info!(
         "detached from {}; memory and counters stay pinned in {}",
         a.iface,

@@ -191,6 +191,80 @@ fn restart_keeps_memory_and_counters_and_detaches_cleanly() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `net.ipv4.conf.eth0.NAME` in host `i`.
+fn sysctl(tb: &Testbed, i: usize, name: &str) -> String {
+    let o = tb
+        .command(i, "cat")
+        .unwrap()
+        .arg(format!("/proc/sys/net/ipv4/conf/eth0/{name}"))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// The settings `serve` turns on for CHAIN go back to what they were, also
+/// when it is killed: the next `serve` keeps the recorded originals (rather
+/// than saving the "1" it finds) and restores them on exit, `netdam unpin`
+/// restores them, and SIGHUP detaches and restores like SIGTERM.
+#[test]
+fn kernel_settings_come_back_after_a_kill_a_restart_unpin_and_sighup() {
+    use netdam_user::controller::sysctls::record_path;
+    use nix::sys::signal::Signal;
+    const SETTINGS: [&str; 2] = ["forwarding", "accept_local"];
+    let tb = testbed(1);
+    for name in SETTINGS {
+        let set = format!("echo 0 > /proc/sys/net/ipv4/conf/eth0/{name}");
+        assert!(tb
+            .command(0, "sh")
+            .unwrap()
+            .args(["-c", &set])
+            .status()
+            .unwrap()
+            .success());
+    }
+    let all = |tb: &Testbed, v: &str| SETTINGS.iter().all(|n| sysctl(tb, 0, n) == v);
+    let record = record_path(&tb.hosts[0].pin_dir);
+
+    // Killed: the settings stay on, and their originals are on record.
+    let served = serve(&tb, 0, "64MiB");
+    assert!(all(&tb, "1"), "serve turns them on");
+    assert!(!served.stop_with(Signal::SIGKILL));
+    assert!(
+        all(&tb, "1") && record.exists(),
+        "a SIGKILL restores nothing: {}",
+        record.display()
+    );
+
+    // The next serve finds "1" but restores the recorded "0".
+    let served = serve(&tb, 0, "64MiB");
+    assert!(
+        served.log().contains("did not restore its kernel settings"),
+        "{}",
+        served.log()
+    );
+    assert!(served.stop());
+    assert!(
+        all(&tb, "0"),
+        "restored to the originals, not to what the second start found"
+    );
+    assert!(!record.exists(), "a clean exit removes the record");
+
+    // Killed, then unpinned: unpin restores.
+    assert!(!serve(&tb, 0, "64MiB").stop_with(Signal::SIGKILL));
+    let out = ok(&netdam(
+        &tb,
+        0,
+        &["unpin", "--pin-dir", tb.hosts[0].pin_dir.to_str().unwrap()],
+    ));
+    assert!(out.contains("restored") && all(&tb, "0") && !record.exists(), "{out}");
+
+    // A hangup ends it cleanly.
+    let served = serve(&tb, 0, "64MiB");
+    assert!(served.stop_with(Signal::SIGHUP), "clean exit on SIGHUP");
+    assert!(all(&tb, "0") && !record.exists());
+    assert!(!xdp_attached(&tb, 0), "SIGHUP detaches the program");
+}
+
 #[test]
 fn ordinary_udp_service_keeps_working_beside_netdam() {
     let tb = testbed(2);

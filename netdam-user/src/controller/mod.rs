@@ -8,6 +8,7 @@ pub mod neighbours;
 mod netif;
 pub mod pins;
 pub mod split;
+pub mod sysctls;
 
 use std::{
     collections::HashMap,
@@ -96,6 +97,21 @@ pub enum ControllerError {
         base: u64,
         size: u64,
         mem_size: u64,
+    },
+    #[error("region {rkey:#x} is given twice: one key names one region")]
+    RegionTwice { rkey: u32 },
+    #[error(
+        "regions {a:#x} [{a_base:#x}, +{a_size:#x}) and {b:#x} [{b_base:#x}, +{b_size:#x}) overlap: \
+         each byte of NetDAM memory belongs to at most one region, so that a key's permissions are all \
+         that governs it"
+    )]
+    RegionsOverlap {
+        a: u32,
+        a_base: u64,
+        a_size: u64,
+        b: u32,
+        b_base: u64,
+        b_size: u64,
     },
     #[error("--window-sources must be at least 1")]
     WindowSources,
@@ -228,6 +244,24 @@ impl NodeSpec {
                     size: r.size,
                     mem_size: m,
                 });
+            }
+        }
+        for (i, (a, ra)) in self.regions.iter().enumerate() {
+            for (b, rb) in &self.regions[i + 1..] {
+                if a == b {
+                    return Err(ControllerError::RegionTwice { rkey: *a });
+                }
+                // Inside the memory (checked above), so the ends do not overflow.
+                if ra.base < rb.base + rb.size && rb.base < ra.base + ra.size {
+                    return Err(ControllerError::RegionsOverlap {
+                        a: *a,
+                        a_base: ra.base,
+                        a_size: ra.size,
+                        b: *b,
+                        b_base: rb.base,
+                        b_size: rb.size,
+                    });
+                }
             }
         }
         Ok(())
@@ -615,6 +649,32 @@ mod tests {
         assert!(matches!(
             spec(1 << 20, vec![(7, r(u64::MAX, 2))]).check(),
             Err(ControllerError::RegionOutside { .. })
+        ));
+    }
+
+    #[test]
+    fn a_key_twice_or_overlapping_regions_are_refused() {
+        let r = |base, size| Region {
+            base,
+            size,
+            perms: perm::READ,
+            _reserved: 0,
+        };
+        // Adjacent regions are fine.
+        assert!(spec(1 << 20, vec![(1, r(0, 4096)), (2, r(4096, 4096))]).check().is_ok());
+        assert!(matches!(
+            spec(1 << 20, vec![(1, r(0, 4096)), (1, r(8192, 4096))]).check(),
+            Err(ControllerError::RegionTwice { rkey: 1 })
+        ));
+        let e = spec(1 << 20, vec![(1, r(0, 4096)), (2, r(8192, 8)), (3, r(4095, 2))])
+            .check()
+            .unwrap_err();
+        assert!(matches!(e, ControllerError::RegionsOverlap { a: 1, b: 3, .. }), "{e}");
+        assert!(e.to_string().contains("[0xfff, +0x2) overlap"), "{e}");
+        // One inside the other.
+        assert!(matches!(
+            spec(1 << 20, vec![(1, r(0, 1 << 20)), (2, r(100, 1))]).check(),
+            Err(ControllerError::RegionsOverlap { .. })
         ));
     }
 

@@ -370,12 +370,22 @@ impl Served {
         self.terminate()
     }
 
+    /// Sends `signal` (SIGKILL: as a crash would end it), then waits;
+    /// returns whether it exited cleanly.
+    pub fn stop_with(mut self, signal: nix::sys::signal::Signal) -> bool {
+        self.signal_and_wait(signal)
+    }
+
     fn terminate(&mut self) -> bool {
+        self.signal_and_wait(nix::sys::signal::Signal::SIGTERM)
+    }
+
+    fn signal_and_wait(&mut self, signal: nix::sys::signal::Signal) -> bool {
         if let Ok(Some(status)) = self.child.try_wait() {
             return status.success();
         }
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let _ = nix::sys::signal::kill(pid, signal);
         for _ in 0..100 {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return status.success();
