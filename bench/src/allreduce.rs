@@ -12,6 +12,12 @@
 //!
 //! Beside time and busbw, the whole machine's busy CPU time per all-reduce
 //! byte during the timed calls (/proc/stat), NetDAM against OpenMPI.
+//!
+//! And NetDAM's floor on the fabric: the same chunks sent along the same
+//! ring with every hop a NOP (`CollectiveConfig::nop_hops`), so that no node
+//! reduces or writes anything. Its time is what moving the ring's frames
+//! costs on this machine, below which no ALU or memory work can bring the
+//! all-reduce: the bound the busbw goal is measured against.
 
 use std::{
     collections::BTreeMap,
@@ -80,12 +86,15 @@ struct Row {
     bytes: u64,
     /// Median over repetitions of the slowest member's mean time, us.
     netdam_us: f64,
+    /// NetDAM's ring with every hop a NOP: the frames alone.
+    floor_us: f64,
     udp_ring_us: f64,
     /// OpenMPI on the same fabric and MTU as NetDAM.
     mpi_us: f64,
     /// OpenMPI on the plain fabric (its best here).
     mpi_plain_us: f64,
     netdam_busbw_gbps: f64,
+    floor_busbw_gbps: f64,
     udp_ring_busbw_gbps: f64,
     mpi_busbw_gbps: f64,
     mpi_plain_busbw_gbps: f64,
@@ -113,6 +122,7 @@ impl Row {
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
 enum System {
     Netdam,
+    NopFloor,
     UdpRing,
     Mpi,
     MpiPlain,
@@ -163,11 +173,13 @@ pub fn run(a: Args) -> Result<()> {
     let _served: Vec<Served> = (0..a.nodes)
         .map(|i| tb.serve(i, &netdam_bin(), &serve_args))
         .collect::<Result<_, _>>()?;
-    let netdam = members(&tb, &group, DEFAULT_PORT, |i| {
+    let open_netdam = |i: usize| {
         let pin_dir = tb.hosts[i].pin_dir.clone();
         move || LocalNode::open(&pin_dir).map_err(|e| e.to_string())
-    })?;
-    let udp = members(&tb, &group, UDP_PORT, |i| {
+    };
+    let netdam = members(&tb, &group, DEFAULT_PORT, false, open_netdam)?;
+    let floor = members(&tb, &group, DEFAULT_PORT, true, open_netdam)?;
+    let udp = members(&tb, &group, UDP_PORT, false, |i| {
         let ip = group[i];
         move || UdpNode::start(ip, UDP_PORT, mem as usize).map_err(|e| e.to_string())
     })?;
@@ -181,13 +193,18 @@ pub fn run(a: Args) -> Result<()> {
     for rep in 1..=a.reps {
         eprintln!("repetition {rep}/{}: NetDAM", a.reps);
         for &s in &sizes {
-            let (sample, w) = sweep_size(&netdam, s, output)?;
+            let (sample, w) = sweep_size(&netdam, s, output, true)?;
             samples.entry((System::Netdam, s)).or_default().push(sample);
             *wrong.entry(s).or_default() += w;
         }
+        eprintln!("repetition {rep}/{}: NetDAM, every hop a NOP (the floor)", a.reps);
+        for &s in &sizes {
+            let (sample, _) = sweep_size(&floor, s, output, false)?;
+            samples.entry((System::NopFloor, s)).or_default().push(sample);
+        }
         eprintln!("repetition {rep}/{}: UDP ring", a.reps);
         for &s in &sizes {
-            let (sample, w) = sweep_size(&udp, s, output)?;
+            let (sample, w) = sweep_size(&udp, s, output, true)?;
             samples.entry((System::UdpRing, s)).or_default().push(sample);
             *wrong.entry(s).or_default() += w;
         }
@@ -203,6 +220,7 @@ pub fn run(a: Args) -> Result<()> {
         }
     }
     drop(udp);
+    drop(floor);
     drop(netdam);
     let median = |sys: System, s: u64, f: fn(&Sample) -> f64| -> f64 {
         let mut v: Vec<f64> = samples
@@ -221,10 +239,12 @@ pub fn run(a: Args) -> Result<()> {
             Row {
                 bytes: s,
                 netdam_us: us(System::Netdam),
+                floor_us: us(System::NopFloor),
                 udp_ring_us: us(System::UdpRing),
                 mpi_us: us(System::Mpi),
                 mpi_plain_us: us(System::MpiPlain),
                 netdam_busbw_gbps: bw(s, us(System::Netdam)),
+                floor_busbw_gbps: bw(s, us(System::NopFloor)),
                 udp_ring_busbw_gbps: bw(s, us(System::UdpRing)),
                 mpi_busbw_gbps: bw(s, us(System::Mpi)),
                 mpi_plain_busbw_gbps: bw(s, us(System::MpiPlain)),
@@ -244,8 +264,15 @@ pub fn run(a: Args) -> Result<()> {
 }
 
 /// One member thread per test host, each with a collective on port `port`
-/// over the node `open(i)` makes inside its namespace.
-fn members<N, F, G>(tb: &Testbed, group: &[Ipv4Addr], port: u16, open: G) -> Result<Vec<MemberThread<N>>>
+/// over the node `open(i)` makes inside its namespace; with `nop_hops`, the
+/// collective sends the ring's frames with every hop a NOP.
+fn members<N, F, G>(
+    tb: &Testbed,
+    group: &[Ipv4Addr],
+    port: u16,
+    nop_hops: bool,
+    open: G,
+) -> Result<Vec<MemberThread<N>>>
 where
     N: MemberNode + 'static,
     F: FnOnce() -> Result<N, String> + Send + 'static,
@@ -260,6 +287,7 @@ where
             let (make_node, group) = (open(i), group.clone());
             let cfg = CollectiveConfig {
                 patience: Duration::from_secs(60),
+                nop_hops,
                 ..CollectiveConfig::default()
             };
             MemberThread::spawn(&tb.hosts[i].netns, move || {
@@ -288,10 +316,15 @@ fn place_inputs<N: MemberNode + 'static>(members: &[MemberThread<N>], bytes: u64
     Ok(())
 }
 
-/// One size on every member: warmup, timed iterations, the output checked.
-/// The slowest member's mean time, the machine's CPU time per all-reduce
-/// over member 0's timed calls, and the wrong elements of all.
-fn sweep_size<N: MemberNode + 'static>(members: &[MemberThread<N>], bytes: u64, output: u64) -> Result<(Sample, u64)> {
+/// One size on every member: warmup, timed iterations, the output checked
+/// when `check`. The slowest member's mean time, the machine's CPU time per
+/// all-reduce over member 0's timed calls, and the wrong elements of all.
+fn sweep_size<N: MemberNode + 'static>(
+    members: &[MemberThread<N>],
+    bytes: u64,
+    output: u64,
+    check: bool,
+) -> Result<(Sample, u64)> {
     let op = Allreduce {
         rkey: RKEY,
         input_addr: INPUT,
@@ -312,6 +345,9 @@ fn sweep_size<N: MemberNode + 'static>(members: &[MemberThread<N>], bytes: u64, 
                     total += c.allreduce(&op).map_err(|e| e.to_string())?.elapsed.as_secs_f64();
                 }
                 let cpu_ns = (machine_busy_ns() - cpu0) as f64 / iters as f64;
+                if !check {
+                    return Ok((total / iters as f64 * 1e6, cpu_ns, 0));
+                }
                 let e = c.plan(&op).map_err(|e| e.to_string())?.chunk_elems;
                 let mut out = vec![0u8; bytes as usize];
                 c.node().read(output, &mut out).map_err(|e| e.to_string())?;
@@ -373,7 +409,7 @@ impl MpiProgram {
             .map(|h| format!("  {}) ns={} ;;\n", h.ip, h.netns))
             .collect();
         let script = format!(
-            "#!/bin/sh\n# mpirun's rsh agent for the testbed: enter the host's namespace, run the command.\nhost=$1; shift\ncase $host in\n{cases}  *) echo \"unknown host $host\" >&2; exit 1 ;;\nesac\nexec ip netns exec \"$ns\" sh -c \"$*\"\n"
+            "#!/bin/sh\n# mpirun's rsh agent for the testbed: enter the host's namespace, run the command.\nhost=$1; shift\ncase $host in\n{cases}  *) echo \"unknown host $host\" >&2; exit 1 ;;\nesac\nexec nsenter --net=/var/run/netns/$ns sh -c \"$*\"\n"
         );
         tempfile_path::TempPath::write(
             &format!("netdam-mpi-agent-{}-{}", tb.prefix, std::process::id()),
@@ -425,7 +461,14 @@ impl MpiProgram {
         .args(["--mca", "mpi_yield_when_idle", "1", "--bind-to", "none"])
         .arg(&self.exe)
         .args([min.to_string(), max.to_string()]);
-        let out = cmd.output().context("running mpirun")?;
+        let out = match output_within(&mut cmd, MPIRUN_LIMIT) {
+            Err(e) => {
+                eprintln!("mpirun: {e:#}; once more");
+                output_within(&mut cmd, MPIRUN_LIMIT)
+            }
+            out => out,
+        }
+        .context("running mpirun")?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         if !out.status.success() {
             bail!("mpirun failed: {}\n{stdout}", String::from_utf8_lossy(&out.stderr));
@@ -447,6 +490,29 @@ impl MpiProgram {
             })
             .collect()
     }
+}
+
+/// How long one mpirun of the whole sweep may take (about a minute here):
+/// its launch has hung now and then, a daemon never calling back, and a
+/// benchmark must end by itself.
+const MPIRUN_LIMIT: Duration = Duration::from_secs(300);
+
+/// `cmd`'s output, or an error once it has run longer than `limit` (then it
+/// is killed).
+fn output_within(cmd: &mut Command, limit: Duration) -> Result<std::process::Output> {
+    use std::process::Stdio;
+    // Its output is a line per size: it fits the pipes while it runs.
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    let deadline = std::time::Instant::now() + limit;
+    while child.try_wait()?.is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("still running after {limit:?}: killed (run it again; RUST_LOG has no say over mpirun, --mca plm_base_verbose 5 does)");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(child.wait_with_output()?)
 }
 
 /// A file in the temporary directory, removed on drop.
@@ -486,18 +552,21 @@ fn print_table(a: &Args, rows: &[Row]) {
         a.nodes, a.fabric, a.mtu, a.reps
     );
     println!(
-        "{:>10} {:>10} {:>10} {:>10} {:>10} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>7} {:>7} {:>8} {:>6}",
+        "{:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>8} {:>7} {:>7} {:>8} {:>6}",
         "size(B)",
         "netdam us",
+        "floor us",
         "udp us",
         "mpi us",
         "mpi-pl us",
         "nd GB/s",
+        "floor",
         "udp",
         "mpi",
         "mpi-pl",
         "bw nd/mpi",
         "t nd/mpi",
+        "floor/mpi",
         "cpu nd",
         "cpu mpi",
         "cpu ratio",
@@ -505,18 +574,21 @@ fn print_table(a: &Args, rows: &[Row]) {
     );
     for r in rows {
         println!(
-            "{:>10} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>8.2}x {:>7.2}x {:>7.2} {:>7.2} {:>7.2}x {:>6}",
+            "{:>10} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>8.2}x {:>7.2}x {:>7.2}x {:>8.2} {:>7.2} {:>7.2}x {:>6}",
             r.bytes,
             r.netdam_us,
+            r.floor_us,
             r.udp_ring_us,
             r.mpi_us,
             r.mpi_plain_us,
             r.netdam_busbw_gbps,
+            r.floor_busbw_gbps,
             r.udp_ring_busbw_gbps,
             r.mpi_busbw_gbps,
             r.mpi_plain_busbw_gbps,
             r.mpi_best_us() / r.netdam_us,
             r.netdam_us / r.mpi_best_us(),
+            r.mpi_best_us() / r.floor_us,
             r.netdam_cpu_ns_per_byte,
             r.mpi_best_cpu(),
             r.netdam_cpu_ns_per_byte / r.mpi_best_cpu(),
@@ -529,6 +601,16 @@ fn print_table(a: &Args, rows: &[Row]) {
         println!(
             "goal busbw >= 3x OpenMPI's better from 1 MiB up: lowest ratio {worst:.2}x ({})",
             verdict(worst >= 3.0)
+        );
+    }
+    if let Some(floor) = big.iter().map(|r| r.mpi_best_us() / r.floor_us).min_by(f64::total_cmp) {
+        println!(
+            "  bound: NetDAM with every hop a NOP (no ALU, no memory): lowest ratio {floor:.2}x from 1 MiB up ({})",
+            if floor >= 3.0 {
+                "the goal is within the fabric's reach"
+            } else {
+                "moving the frames alone costs more than the goal allows: no ALU work can meet it on this fabric"
+            }
         );
     }
     for small in [1024, 4096] {
@@ -586,6 +668,7 @@ fn write_results(a: &Args, rows: &[Row]) -> Result<()> {
         "busbw (GB/s)",
         &[
             series("NetDAM (XDP)", |r| r.netdam_busbw_gbps),
+            series("NetDAM, every hop a NOP (floor)", |r| r.floor_busbw_gbps),
             series("UDP ring (userspace)", |r| r.udp_ring_busbw_gbps),
             series("OpenMPI (TCP), same fabric", |r| r.mpi_busbw_gbps),
             series("OpenMPI (TCP), plain bridge", |r| r.mpi_plain_busbw_gbps),

@@ -604,6 +604,11 @@ struct AllreduceArgs {
     /// on the same node (one AF_XDP socket per queue). See docs/collective.md.
     #[arg(long)]
     afxdp_tx: bool,
+    /// Benchmark the fabric's floor: send the ring's frames with every hop a
+    /// NOP, so that no node reduces or writes anything (the output is not
+    /// written). Its time is what moving the frames alone costs here.
+    #[arg(long, conflicts_with = "check")]
+    nop_hops: bool,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -1446,6 +1451,7 @@ fn allreduce(a: AllreduceArgs) -> Result<()> {
         sync_addr: a.sync_addr,
         inject: a.inject,
         afxdp_tx: a.afxdp_tx,
+        nop_hops: a.nop_hops,
     };
     let group = Group {
         members: a.group.clone(),

@@ -114,6 +114,11 @@ pub struct CollectiveConfig {
     /// socket's TX ring (a batch of frames per system call). Off by default
     /// (docs/collective.md has the measurement); not with `inject`.
     pub afxdp_tx: bool,
+    /// Every hop a NOP: the ring's frames travel the same path with the same
+    /// payload, and no node reduces or writes anything (the output is not
+    /// written). The floor that moving the frames alone sets, for
+    /// benchmarks; not an all-reduce.
+    pub nop_hops: bool,
 }
 
 impl Default for CollectiveConfig {
@@ -127,6 +132,7 @@ impl Default for CollectiveConfig {
             sync_addr: 0,
             inject: false,
             afxdp_tx: false,
+            nop_hops: false,
         }
     }
 }
@@ -615,6 +621,7 @@ impl<N: MemberNode> Collective<N> {
             dtype: op.dtype,
             alu: op.alu,
             generation,
+            nop_hops: self.cfg.nop_hops,
         };
         let n = self.group.members.len();
         let port = self.group.port;

@@ -4,7 +4,7 @@
 use std::net::Ipv4Addr;
 
 use netdam_common::{
-    chain::{ring_chunk_elems, ring_hop, ring_member, ring_sr_len, Segment, SrFixed},
+    chain::{ring_chunk_elems, ring_hop, ring_member, ring_sr_len, HopOp, Segment, SrFixed},
     wire::{Alu, Dtype},
     NetdamHdr, Opcode,
 };
@@ -63,6 +63,8 @@ pub struct RingRequest<'a> {
     pub dtype: Dtype,
     pub alu: Alu,
     pub generation: u32,
+    /// Every hop a NOP instead of the ring's ops (`CollectiveConfig::nop_hops`).
+    pub nop_hops: bool,
 }
 
 impl RingRequest<'_> {
@@ -94,7 +96,8 @@ impl RingRequest<'_> {
         buf.extend_from_slice(&sr.to_bytes());
         for i in 0..hops {
             let member = self.group[ring_member(origin, i, n)];
-            buf.extend_from_slice(&Segment::new(u32::from(member), self.port, ring_hop(i, n)).to_bytes());
+            let op = if self.nop_hops { HopOp::Nop } else { ring_hop(i, n) };
+            buf.extend_from_slice(&Segment::new(u32::from(member), self.port, op).to_bytes());
         }
         self.group[ring_member(origin, 0, n)]
     }
@@ -103,7 +106,6 @@ impl RingRequest<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use netdam_common::chain::HopOp;
 
     #[test]
     fn plan_chunks_and_spans() {
@@ -132,6 +134,7 @@ mod tests {
             dtype: Dtype::F32,
             alu: Alu::Add,
             generation: 5,
+            nop_hops: false,
         };
         let plan = RingPlan::new(3, Dtype::F32, 100, 200).unwrap();
         assert_eq!(plan.chunk_elems, (200 - 60 - 48) / 4);
@@ -164,5 +167,17 @@ mod tests {
             ]
         );
         assert_eq!(buf.len(), 32 + 48);
+        // The floor's program: the same members, every op a NOP.
+        let floor = RingRequest { nop_hops: true, ..r };
+        let mut nops = Vec::new();
+        assert_eq!(floor.chunk_header(&plan, 1, 99, &mut nops), group[2]);
+        assert_eq!(nops[..48], buf[..48]);
+        for i in 0..4 {
+            let (s, n) = (
+                Segment::from_bytes(&buf[48 + 8 * i..]).unwrap(),
+                Segment::from_bytes(&nops[48 + 8 * i..]).unwrap(),
+            );
+            assert_eq!((n.ip(), n.port(), n.op), (s.ip(), s.port(), Nop as u8));
+        }
     }
 }
