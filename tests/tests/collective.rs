@@ -155,6 +155,26 @@ fn chunks_sent_through_an_af_xdp_tx_ring_are_bit_exact() {
     chunks_leave_bit_exact_by(TxPath::AfXdp, cfg, 100_000);
 }
 
+/// The floor (`nop_hops`): the ring's frames go round and every chunk is
+/// answered, but no node reduces or writes anything, so the outputs stay
+/// as they were (zero).
+#[test]
+fn the_nop_floor_sends_every_chunk_and_writes_nothing() {
+    let cfg = CollectiveConfig {
+        nop_hops: true,
+        ..CollectiveConfig::default()
+    };
+    let ring = Ring::new(3, "4MiB", cfg);
+    let op = op(100_000, Dtype::I32, Alu::Add);
+    let ins = inputs(3, 3, &op);
+    for answer in ring.allreduce(&op, &ins) {
+        let (report, out) = answer.expect("the floor's run");
+        assert_eq!(report.chunks, 100_000u64.div_ceil(ring_chunk_elems(1500, 3, 4) as u64));
+        assert!(report.sent >= report.own_chunks && report.own_chunks > 0, "{report:?}");
+        assert!(out.iter().all(|&b| b == 0), "a NOP hop wrote the output");
+    }
+}
+
 #[test]
 fn generations_follow_each_other_and_a_member_ahead_is_caught_up() {
     let ring = Ring::new(3, "4MiB", CollectiveConfig::default());
