@@ -58,6 +58,18 @@ impl Ring {
         Ring { members, served, tb }
     }
 
+    /// Runs `f` on member `i`'s collective, in its thread and namespace.
+    pub fn on_member<T: Send + 'static>(
+        &self,
+        i: usize,
+        f: impl FnOnce(&mut Collective<LocalNode>) -> T + Send + 'static,
+    ) -> T {
+        self.members[i]
+            .submit(f)
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the member thread answers")
+    }
+
     pub fn ips(&self) -> Vec<Ipv4Addr> {
         self.tb.hosts.iter().map(|h| h.ip).collect()
     }

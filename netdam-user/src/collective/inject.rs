@@ -127,6 +127,40 @@ impl Injector {
     }
 }
 
+impl Injector {
+    /// Runs the program once on an empty job (it sends nothing): whether
+    /// this kernel lets this process run it with live frames. Linux 6.18.44
+    /// here answers EPERM for the pinned program run from another process.
+    pub fn probe(&mut self) -> std::io::Result<()> {
+        self.pending.clear();
+        self.run_batch(&[])
+    }
+
+    /// One live-frames run that sends the requests `batch` (at least one
+    /// repeat: an empty batch sends nothing).
+    fn run_batch(&mut self, batch: &[u32]) -> std::io::Result<()> {
+        self.job.taken = 0;
+        self.job.count = batch.len() as u32;
+        self.job.queue[..batch.len()].copy_from_slice(batch);
+        self.jobs
+            .set(0, self.job.as_ref(), 0)
+            .map_err(|e| std::io::Error::other(format!("{MAP_INJECT}: {e}")))?;
+        let opts = TestRunOptions {
+            data_in: Some(&self.frame),
+            ctx_in: Some(&self.ctx),
+            repeat: batch.len().max(1) as u32,
+            attrs: TestRunAttrs::new().xdp_live_frames(64),
+            ..Default::default()
+        };
+        self.prog.test_run(opts).map_err(|e| {
+            // The kernel's errno is in the source, which Display leaves out.
+            let why = std::error::Error::source(&e).map_or(String::new(), |s| format!(": {s}"));
+            std::io::Error::other(format!("BPF_PROG_TEST_RUN of {INJECT_PROGRAM}: {e}{why}"))
+        })?;
+        Ok(())
+    }
+}
+
 impl Transmit for Injector {
     fn send(&mut self, i: usize, _seq: u32) -> std::io::Result<()> {
         // The program derives the seq from the job's seq_base and i, as the exchange does.
@@ -137,22 +171,7 @@ impl Transmit for Injector {
     fn flush(&mut self) -> std::io::Result<()> {
         let pending = std::mem::take(&mut self.pending);
         for batch in pending.chunks(INJECT_QUEUE) {
-            self.job.taken = 0;
-            self.job.count = batch.len() as u32;
-            self.job.queue[..batch.len()].copy_from_slice(batch);
-            self.jobs
-                .set(0, self.job.as_ref(), 0)
-                .map_err(|e| std::io::Error::other(format!("{MAP_INJECT}: {e}")))?;
-            let opts = TestRunOptions {
-                data_in: Some(&self.frame),
-                ctx_in: Some(&self.ctx),
-                repeat: batch.len() as u32,
-                attrs: TestRunAttrs::new().xdp_live_frames(64),
-                ..Default::default()
-            };
-            self.prog
-                .test_run(opts)
-                .map_err(|e| std::io::Error::other(format!("BPF_PROG_TEST_RUN of {INJECT_PROGRAM}: {e}")))?;
+            self.run_batch(batch)?;
         }
         Ok(())
     }

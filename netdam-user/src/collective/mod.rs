@@ -369,7 +369,15 @@ impl<N: MemberNode> Collective<N> {
             .map_err(|e| CollectiveError::Io("the socket's port".into(), e))?
             .port();
         let injector = match (cfg.inject, node.injector()) {
-            (true, Some(Ok(i))) => Some(i),
+            (true, Some(Ok(mut i))) => {
+                match i.probe() {
+                    Ok(()) => Some(i),
+                    Err(e) => {
+                        log::warn!("the kernel refuses the injector ({e}): chunks leave through the socket, one system call each");
+                        None
+                    }
+                }
+            }
             (true, Some(Err(e))) => {
                 log::warn!("no injector ({e}): chunks leave through the socket, one system call each");
                 None
