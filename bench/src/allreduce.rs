@@ -177,9 +177,9 @@ pub fn run(a: Args) -> Result<()> {
         let pin_dir = tb.hosts[i].pin_dir.clone();
         move || LocalNode::open(&pin_dir).map_err(|e| e.to_string())
     };
-    let netdam = members(&tb, &group, DEFAULT_PORT, false, open_netdam)?;
-    let floor = members(&tb, &group, DEFAULT_PORT, true, open_netdam)?;
-    let udp = members(&tb, &group, UDP_PORT, false, |i| {
+    let netdam = members(&tb, &group, DEFAULT_PORT, a.mtu, false, open_netdam)?;
+    let floor = members(&tb, &group, DEFAULT_PORT, a.mtu, true, open_netdam)?;
+    let udp = members(&tb, &group, UDP_PORT, a.mtu, false, |i| {
         let ip = group[i];
         move || UdpNode::start(ip, UDP_PORT, mem as usize).map_err(|e| e.to_string())
     })?;
@@ -264,12 +264,13 @@ pub fn run(a: Args) -> Result<()> {
 }
 
 /// One member thread per test host, each with a collective on port `port`
-/// over the node `open(i)` makes inside its namespace; with `nop_hops`, the
-/// collective sends the ring's frames with every hop a NOP.
+/// over the node `open(i)` makes inside its namespace, chunked for `mtu`;
+/// with `nop_hops`, the collective sends the ring's frames with every hop a NOP.
 fn members<N, F, G>(
     tb: &Testbed,
     group: &[Ipv4Addr],
     port: u16,
+    mtu: u32,
     nop_hops: bool,
     open: G,
 ) -> Result<Vec<MemberThread<N>>>
@@ -287,6 +288,7 @@ where
             let (make_node, group) = (open(i), group.clone());
             let cfg = CollectiveConfig {
                 patience: Duration::from_secs(60),
+                mtu,
                 nop_hops,
                 ..CollectiveConfig::default()
             };
