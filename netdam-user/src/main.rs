@@ -1039,6 +1039,12 @@ async fn serve(a: ServeArgs) -> Result<()> {
             pin_dir.display()
         );
     }
+    // Before the kernel settings change and the program is attached: a signal
+    // that came earlier would end the process without detaching or
+    // restoring the kernel settings. A hangup (the terminal or SSH session
+    // closed) is a stop like SIGTERM.
+    let mut term = tokio::signal::unix::signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut hangup = tokio::signal::unix::signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
     let sysctls = sysctls::ChainSysctls::turn_on(&a.iface, &pin_dir).context("the kernel settings CHAIN needs")?;
     let unresolved = neighbours::resolve(&a.iface, ipv4, &spec.peers, Duration::from_secs(1));
     if !unresolved.is_empty() {
@@ -1057,10 +1063,6 @@ async fn serve(a: ServeArgs) -> Result<()> {
             .collect::<String>(),
         spec.peers.len()
     );
-    let mut term = tokio::signal::unix::signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    // A hangup (the terminal or SSH session closed) would otherwise end the
-    // process without detaching or restoring the kernel settings.
-    let mut hangup = tokio::signal::unix::signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
     let log_fd = match node.log_fd() {
         Some(fd) => {
             let owned = fd.try_clone_to_owned().context("duplicating the eBPF log fd")?;
