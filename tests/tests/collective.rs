@@ -138,9 +138,9 @@ fn chunks_leave_bit_exact_by(path: TxPath, cfg: CollectiveConfig, many: u64) {
 }
 
 /// Through the injector where the kernel runs it; where it refuses (Linux
-/// 6.18.44 answers EPERM to a live-frames run of the pinned injector from
-/// another process, 2026-12-06), that refusal and nothing else, and the
-/// fallback to the socket, bit-exact and reported as such.
+/// 6.18.44 answers EPERM to the injector's live-frames run, 2026-12-06,
+/// cause not found), that refusal and nothing else, and the fallback to the
+/// socket, bit-exact and reported as such.
 #[test]
 fn chunks_sent_through_the_injector_are_bit_exact() {
     use netdam_user::collective::MemberNode;

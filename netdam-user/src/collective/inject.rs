@@ -125,14 +125,11 @@ impl Injector {
         self.ctx[4..8].copy_from_slice(&len.to_ne_bytes());
         self.pending.clear();
     }
-}
 
-impl Injector {
     /// Runs the program once on an empty job (it sends nothing): whether
     /// this kernel lets this process run it with live frames. Linux 6.18.44
-    /// here answers EPERM for the pinned program run from another process.
+    /// here answers EPERM (the cause was not found).
     pub fn probe(&mut self) -> std::io::Result<()> {
-        self.pending.clear();
         self.run_batch(&[])
     }
 
