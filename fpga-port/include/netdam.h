@@ -33,6 +33,10 @@
 #define NETDAM_MAX_SEGMENTS 15u
 #define NETDAM_SR_MIN (NETDAM_SR_FIXED_LEN + NETDAM_SEGMENT_LEN)
 #define NETDAM_SR_MAX (NETDAM_SR_FIXED_LEN + NETDAM_SEGMENT_LEN * NETDAM_MAX_SEGMENTS)
+/* Times one node may be named in a program (docs/conformance.md 13): a ring
+ * names every member at most twice, and the bound keeps one frame from
+ * making a node transmit more than twice (no ping-pong amplifier). */
+#define NETDAM_MAX_NAMED 2u
 /* The UMEM frame an AF_XDP receiver gets (4096 bytes less the kernel's 256 of headroom). */
 #define NETDAM_HANDOVER_MAX 3840u
 

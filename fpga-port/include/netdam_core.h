@@ -54,16 +54,26 @@ enum netdam_event {
     NETDAM_EV_DROP_IN_FLIGHT,
     NETDAM_EV_WINDOW_FULL,
     NETDAM_EV_DROP_BAD_ORIGIN,
-    NETDAM_EV_DROP_NO_ROUTE,
+    NETDAM_EV_DROP_PEER_UNRESOLVED, /* a CHAIN forward or answer to a peer with no MAC bound */
     NETDAM_EV_CHAIN_FORWARDED,
     NETDAM_EV_PASS_LOCAL_ANSWER,
-    NETDAM_EV_DROP_TOO_LARGE_FOR_UMEM
+    NETDAM_EV_DROP_TOO_LARGE_FOR_UMEM,
+    NETDAM_EV_SPLIT,                 /* XDP only (split ports): never counted here */
+    NETDAM_EV_PASS_SPLIT_UNSERVED,   /* XDP only (split ports): never counted here */
+    NETDAM_EV_DROP_PEER_MAC,         /* a peer's address from another MAC, or from a peer with none bound */
+    NETDAM_EV_DROP_OWN_ADDRESS,      /* a datagram whose IPv4 source is the node's own address */
+    NETDAM_EV_DROP_CHAIN_NO_PEERS,   /* a CHAIN while the peer table is empty */
+    NETDAM_EV_DROP_MEM_COPY_FAILED   /* XDP only (a helper refused a copy): never counted here */
 };
+_Static_assert(NETDAM_EV_DROP_PEER_UNRESOLVED == 205u && NETDAM_EV_DROP_MEM_COPY_FAILED == 214u,
+               "event indices as in netdam-common/src/counters.rs");
+_Static_assert(NETDAM_EV_DROP_MEM_COPY_FAILED < NETDAM_COUNTER_SLOTS, "every event has a counter");
 
 /* Host side: empties every table and sets the configuration. */
 void netdam_reset(const netdam_config_t *cfg);
-/* Adds a region, a peer, a next hop (the card's FIB: IPv4 -> MAC), or sets
- * a generation. 0, or -1 when the table is full or the entry is invalid. */
+/* Adds a region, a peer, the MAC bound to a peer (its next-hop entry: its
+ * frames must come from that MAC and CHAIN packets to it go there; all zero
+ * while unresolved), or sets a generation. 0, or -1 when the table is full or the entry is invalid. */
 int netdam_add_region(uint32_t rkey, uint64_t base, uint64_t size, uint32_t perms);
 int netdam_add_peer(uint32_t ip);
 int netdam_add_nexthop(uint32_t ip, const uint8_t mac[6]);

@@ -198,12 +198,10 @@ static const region_t *find_region(uint32_t rkey)
     return 0;
 }
 
-static bool is_peer(uint32_t ip)
+/* Whether `ip` is in the peer table (an empty table holds no one). */
+static bool in_peer_table(uint32_t ip)
 {
     uint32_t i;
-    if (peer_count == 0u) {
-        return true; /* an empty peer table means any source (section 1) */
-    }
     for (i = 0; i < NETDAM_PEER_SLOTS; i++) {
         if (peers[i].used && peers[i].key == ip) {
             return true;
@@ -212,6 +210,11 @@ static bool is_peer(uint32_t ip)
     return false;
 }
 
+/* Whether a request from `ip` is served: an empty peer table means any
+ * source (section 1). */
+static bool is_peer(uint32_t ip) { return peer_count == 0u || in_peer_table(ip); }
+
+/* The MAC bound to `ip` (its next-hop entry), or 0 when there is none. */
 static const nexthop_t *find_nexthop(uint32_t ip)
 {
     uint32_t i;
@@ -221,6 +224,23 @@ static const nexthop_t *find_nexthop(uint32_t ip)
         }
     }
     return 0;
+}
+
+/* Whether a frame from Ethernet source `eth_src` may claim to be peer `ip`:
+ * a MAC is bound to it (not all zero) and it is that MAC (section 1). */
+static bool sent_by_peer(uint32_t ip, const uint8_t *eth_src)
+{
+    const nexthop_t *nh = find_nexthop(ip);
+    uint32_t k;
+    bool zero = true, same = true;
+    if (nh == 0) {
+        return false;
+    }
+    for (k = 0; k < 6u; k++) {
+        zero = zero && nh->mac[k] == 0u;
+        same = same && nh->mac[k] == eth_src[k];
+    }
+    return !zero && same;
 }
 
 static uint32_t generation_of(uint32_t rkey)
@@ -725,23 +745,49 @@ static uint32_t hop_perms(uint8_t op)
     }
 }
 
+/* Whether a segment names this node: its IPv4 address and port P. */
+static bool names_me(const uint8_t *seg)
+{
+    return netdam_be32(seg + NETDAM_SEG_IP) == cfg.ip && netdam_be16(seg + NETDAM_SEG_PORT) == cfg.port;
+}
+
+/* How many of the program's n segments name this node. */
+static uint32_t times_named(const uint8_t *sr, uint8_t n)
+{
+    uint32_t i, times = 0;
+    for (i = 0; i < NETDAM_MAX_SEGMENTS; i++) {
+#pragma HLS UNROLL
+        times += (i < n && names_me(sr + NETDAM_SR_FIXED_LEN + NETDAM_SEGMENT_LEN * i)) ? 1u : 0u;
+    }
+    return times;
+}
+
 /* Everything a hop checks after the SR shape, in section 5 order, but
- * readiness and the window. */
-static uint8_t check_hop(const pkt_t *p, bool forwards, bool next_is_peer, const uint8_t *here, const region_t *r)
+ * readiness and the window: the segment names this node, its op is known,
+ * the next segment is a peer on port P and not this node again, and the
+ * program names this node at most NETDAM_MAX_NAMED times (BAD_SR); dtype
+ * and alu; length; alignment; rkey, permission and both ranges, for every
+ * hop op including NOP (docs/conformance.md 13). */
+static uint8_t check_hop(const pkt_t *p, bool forwards, bool next_is_peer, uint32_t named, const uint8_t *here,
+                         const region_t *r)
 {
     const uint8_t *h = p->h, *sr = p->sr;
     const uint8_t *next = forwards ? here + NETDAM_SEGMENT_LEN : here;
     uint8_t op = here[NETDAM_SEG_OP], s;
     uint32_t len = netdam_be16(h + NETDAM_H_LEN), ip_len;
     uint64_t addr = netdam_be64(h + NETDAM_H_ADDR), dst = netdam_be64(sr + NETDAM_SR_DST_ADDR);
-    if (netdam_be32(here + NETDAM_SEG_IP) != cfg.ip || netdam_be16(here + NETDAM_SEG_PORT) != cfg.port) {
+    if (!names_me(here)) {
         return NETDAM_BAD_SR;
     }
     if (!hop_known(op)) {
         return NETDAM_BAD_SR;
     }
-    if (forwards && (!next_is_peer ||
-                     (netdam_be32(next + NETDAM_SEG_IP) == cfg.ip && netdam_be16(next + NETDAM_SEG_PORT) == cfg.port))) {
+    /* A segment on another port names no NetDAM node of this fabric. */
+    if (forwards && (!next_is_peer || netdam_be16(next + NETDAM_SEG_PORT) != cfg.port ||
+                     netdam_be32(next + NETDAM_SEG_IP) == cfg.ip)) {
+        return NETDAM_BAD_SR;
+    }
+    if (named > NETDAM_MAX_NAMED) {
         return NETDAM_BAD_SR;
     }
     if (hop_is_vector(op)) {
@@ -763,9 +809,8 @@ static uint8_t check_hop(const pkt_t *p, bool forwards, bool next_is_peer, const
             return NETDAM_MISALIGNED;
         }
     }
-    if (op == NETDAM_HOP_NOP) {
-        return NETDAM_OK;
-    }
+    /* NOP too: a key is what makes a node forward a stranger's bytes (NOP
+     * needs no permission bits). */
     if (r == 0) {
         return NETDAM_BAD_KEY;
     }
@@ -811,8 +856,8 @@ static void run_hop(const pkt_t *p, uint8_t op, uint32_t n)
     }
 }
 
-/* An answer to the CHAIN's origin: through the next-hop table, or to this
- * host when the origin is this node. */
+/* An answer to the CHAIN's origin: to the MAC bound to it, or to this host
+ * when the origin is this node. */
 static enum netdam_verdict to_origin(const pkt_t *p, uint8_t status, uint32_t payload_len)
 {
     const uint8_t *f = p->f, *h = p->h, *sr = p->sr;
@@ -829,7 +874,7 @@ static enum netdam_verdict to_origin(const pkt_t *p, uint8_t status, uint32_t pa
     } else {
         const nexthop_t *nh = find_nexthop(origin);
         if (nh == 0) {
-            count(NETDAM_EV_DROP_NO_ROUTE);
+            count(NETDAM_EV_DROP_PEER_UNRESOLVED);
             return NETDAM_VERDICT_DROP;
         }
         for (k = 0; k < 6u; k++) {
@@ -861,6 +906,11 @@ static enum netdam_verdict chain(const pkt_t *p, const uint8_t *payload, uint32_
     bool forwards, next_is_peer;
     const region_t *r;
     uint8_t sr_out[NETDAM_SR_MAX];
+    if (peer_count == 0u) {
+        /* No node is trusted to be forwarded to or answered: a CHAIN could only relay. */
+        count(NETDAM_EV_DROP_CHAIN_NO_PEERS);
+        return NETDAM_VERDICT_DROP;
+    }
     if (n == 0u || n > NETDAM_MAX_SEGMENTS || NETDAM_SR_FIXED_LEN + NETDAM_SEGMENT_LEN * (uint32_t)n != sr_len ||
         idx >= n) {
         /* The origin cannot be trusted: the sender gets the answer. */
@@ -872,7 +922,8 @@ static enum netdam_verdict chain(const pkt_t *p, const uint8_t *payload, uint32_
         *p->out_len = build_frame(p->out, &to, rh, sr, sr_len, 0);
         return NETDAM_VERDICT_TX;
     }
-    if (unanswerable(origin) || !is_peer(origin)) {
+    /* The node's own host may originate; any other origin must be a peer. */
+    if (unanswerable(origin) || !(origin == cfg.ip || in_peer_table(origin))) {
         count(NETDAM_EV_DROP_BAD_ORIGIN);
         return NETDAM_VERDICT_DROP;
     }
@@ -882,8 +933,8 @@ static enum netdam_verdict chain(const pkt_t *p, const uint8_t *payload, uint32_
     r = find_region(netdam_be32(h + NETDAM_H_RKEY));
     op = here[NETDAM_SEG_OP];
     copy_bytes(scratch, payload, len);
-    next_is_peer = !forwards || is_peer(netdam_be32(next + NETDAM_SEG_IP));
-    status = check_hop(p, forwards, next_is_peer, here, r);
+    next_is_peer = !forwards || in_peer_table(netdam_be32(next + NETDAM_SEG_IP));
+    status = check_hop(p, forwards, next_is_peer, times_named(sr, n), here, r);
     if (status == NETDAM_OK) {
         status = check_ready(op, netdam_be32(h + NETDAM_H_TAG), generation_of(netdam_be32(h + NETDAM_H_RKEY)));
     }
@@ -922,7 +973,7 @@ static enum netdam_verdict chain(const pkt_t *p, const uint8_t *payload, uint32_
         addressing_t to;
         uint32_t k;
         if (nh == 0) {
-            count(NETDAM_EV_DROP_NO_ROUTE);
+            count(NETDAM_EV_DROP_PEER_UNRESOLVED);
             return NETDAM_VERDICT_DROP;
         }
         count(NETDAM_EV_CHAIN_FORWARDED);
@@ -998,6 +1049,16 @@ enum netdam_verdict netdam_top(const uint8_t in[NETDAM_FRAME_MAX], uint32_t in_l
     src = netdam_be32(ipv4 + NETDAM_IP_SRC);
     if (unanswerable(src)) {
         count(NETDAM_EV_DROP_BAD_SOURCE);
+        return NETDAM_VERDICT_DROP;
+    }
+    if (src == cfg.ip) {
+        count(NETDAM_EV_DROP_OWN_ADDRESS);
+        return NETDAM_VERDICT_DROP;
+    }
+    /* A peer's address counts only from the peer's own MAC (RESP too: a
+     * spoofed answer must not reach the host). */
+    if (in_peer_table(src) && !sent_by_peer(src, f + NETDAM_ETH_SRC)) {
+        count(NETDAM_EV_DROP_PEER_MAC);
         return NETDAM_VERDICT_DROP;
     }
     if (cfg.verify_csum && netdam_be16(udp + NETDAM_UDP_CHECK) != 0u &&

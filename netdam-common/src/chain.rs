@@ -20,6 +20,10 @@ pub const SEGMENT_LEN: usize = 8;
 pub const MAX_SEGMENTS: usize = 15;
 /// Members of a ring all-reduce at most (its program has 2(N-1) segments).
 pub const MAX_RING: usize = 8;
+/// Times one node may be named in a program (docs/conformance.md 20): a
+/// ring names every member at most twice, and the bound keeps one frame
+/// from making a node transmit more than twice (no ping-pong amplifier).
+pub const MAX_NAMED: u32 = 2;
 
 /// The first 16 bytes of the SR header, as on the wire.
 #[repr(C)]
@@ -104,6 +108,11 @@ impl Segment {
     }
     pub const fn port(&self) -> u16 {
         u16::from_be_bytes(self.port)
+    }
+    /// Whether the segment names node `me` (section 6: its IPv4 address and P).
+    #[inline(always)]
+    pub const fn names(&self, me: Me) -> bool {
+        self.ip() == me.ip && self.port() == me.port
     }
     /// Reads a segment from the start of `b`; `None` if shorter than 8 bytes.
     pub fn from_bytes(b: &[u8]) -> Option<Self> {
@@ -250,11 +259,13 @@ pub struct CheckedHop {
 
 /// Everything a hop checks after the SR shape, in section 5 order, except
 /// readiness and the window: the segment names this node, its op is known,
-/// the next segment is a peer and not this node again (BAD_SR); dtype and alu
-/// (BAD_DTYPE); length (BAD_LENGTH, TOO_LARGE); alignment (MISALIGNED); rkey,
-/// permission and both ranges. `next_is_peer` is whether the next segment's
-/// node may be forwarded to (true at the last segment); `avail` is the
-/// payload the datagram carries.
+/// the next segment is a peer on port P and not this node again, and the
+/// program names this node at most MAX_NAMED times (BAD_SR); dtype and alu
+/// (BAD_DTYPE); length (BAD_LENGTH, TOO_LARGE); alignment (MISALIGNED);
+/// rkey, permission and both ranges, for every hop op including NOP
+/// (docs/conformance.md 20). `next_is_peer` is whether the next segment's
+/// node may be forwarded to (true at the last segment); `times_named` is
+/// how many of the program's segments name this node.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub fn check_hop(
@@ -264,18 +275,24 @@ pub fn check_hop(
     here: &Segment,
     next: &Segment,
     next_is_peer: bool,
+    times_named: u32,
     me: Me,
     mtu: u32,
     region: Option<&Region>,
 ) -> Result<CheckedHop, Status> {
-    if here.ip() != me.ip || here.port() != me.port {
+    if !here.names(me) {
         return Err(Status::BadSr);
     }
     let op = match HopOp::from_u8(here.op) {
         Some(op) => op,
         None => return Err(Status::BadSr),
     };
-    if shape.forwards() && (!next_is_peer || (next.ip() == me.ip && next.port() == me.port)) {
+    // A segment on another port names no NetDAM node of this fabric: the
+    // packet would be relayed to some other service of a peer.
+    if shape.forwards() && (!next_is_peer || next.port() != me.port || next.ip() == me.ip) {
+        return Err(Status::BadSr);
+    }
+    if times_named > MAX_NAMED {
         return Err(Status::BadSr);
     }
     let vector = if op.is_vector() {
@@ -298,9 +315,7 @@ pub fn check_hop(
             return Err(Status::Misaligned);
         }
     }
-    if op == HopOp::Nop {
-        return Ok(CheckedHop { op, vector });
-    }
+    // NOP too: a key is what makes a node forward a stranger's bytes.
     let region = match region {
         Some(r) => r,
         None => return Err(Status::BadKey),
@@ -476,7 +491,7 @@ mod tests {
         let here = Segment::new(me.ip, me.port, HopOp::ReduceWrite);
         let next = Segment::new(0xC612_0001, 4793, HopOp::Write);
         let check = |h: &NetdamHdr, here: &Segment, next: &Segment, peer: bool, r: Option<&Region>| {
-            check_hop(h, &sr, shape, here, next, peer, me, 1500, r)
+            check_hop(h, &sr, shape, here, next, peer, 1, me, 1500, r)
         };
         assert!(check(&h, &here, &next, true, Some(&rw)).is_ok());
         assert_eq!(check(&h, &here, &next, false, Some(&rw)), Err(Status::BadSr));
@@ -506,9 +521,19 @@ mod tests {
         let small = Region { size: 64, ..rw };
         // dst_addr 64 + 8 bytes is past a 64-byte region although [0, 8) is inside.
         assert_eq!(check(&h, &here, &next, true, Some(&small)), Err(Status::OutOfBounds));
-        // NOP checks no key; WRITE needs no dtype.
+        // A next segment on another port than P is BAD_SR, even at a peer.
+        let other_port = Segment::new(0xC612_0001, 53, HopOp::Write);
+        assert_eq!(check(&h, &here, &other_port, true, Some(&rw)), Err(Status::BadSr));
+        // A program may name this node twice (a ring does), not three times.
+        let named = |times: u32| check_hop(&h, &sr, shape, &here, &next, true, times, me, 1500, Some(&rw));
+        assert!(named(2).is_ok());
+        assert_eq!(named(3), Err(Status::BadSr));
+        // NOP needs a key and in-bounds ranges but no permission; WRITE needs no dtype.
         let nop = Segment::new(me.ip, me.port, HopOp::Nop);
-        assert!(check(&h, &nop, &next, true, None).is_ok());
+        assert_eq!(check(&h, &nop, &next, true, None), Err(Status::BadKey));
+        assert_eq!(check(&h, &nop, &next, true, Some(&small)), Err(Status::OutOfBounds));
+        let none = Region { perms: 0, ..rw };
+        assert!(check(&h, &nop, &next, true, Some(&none)).is_ok());
         let mut hw = h;
         hw.dtype = 0;
         let write = Segment::new(me.ip, me.port, HopOp::Write);

@@ -13,6 +13,34 @@ pub const REGION_SLOTS: u32 = 256;
 /// Entries of the peer table.
 pub const PEER_SLOTS: u32 = 1024;
 
+/// A peer table entry (PROTOCOL.md sections 1 and 6, docs/conformance.md
+/// 12): the MAC the peer's frames must come from and the MAC CHAIN packets
+/// to it are sent to, kept current by the controller from the neighbour
+/// table. All zero while not resolved: the peer is then neither served nor
+/// forwarded to.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PeerEntry {
+    pub mac: [u8; 6],
+    pub _reserved: [u8; 2],
+}
+
+impl PeerEntry {
+    pub const fn new(mac: [u8; 6]) -> Self {
+        PeerEntry { mac, _reserved: [0; 2] }
+    }
+    /// Whether a MAC is bound (all zero: not resolved yet).
+    #[inline(always)]
+    pub fn is_resolved(&self) -> bool {
+        self.mac != [0; 6]
+    }
+    /// Whether a frame from `src` may claim to be this peer.
+    #[inline(always)]
+    pub fn sent(&self, src: &[u8; 6]) -> bool {
+        self.is_resolved() && self.mac == *src
+    }
+}
+
 /// `NodeConfig::flags` bits.
 pub mod cfg_flags {
     /// Verify UDP checksums of requests (`--verify-csum`).

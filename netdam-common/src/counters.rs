@@ -38,7 +38,7 @@ pub enum Event {
     DropBadChecksum,
     /// A RESP packet handed to the host.
     PassResponse,
-    /// An answer could not be built in place (a helper failed).
+    /// An answer or a forward could not be built in place (a helper failed).
     DropTxFailed,
     /// An idempotent ACCUMULATE lost its compare-and-swap to other CPUs 64
     /// times on one element and was answered NOT_READY (the sender retries).
@@ -49,9 +49,9 @@ pub enum Event {
     WindowFull,
     /// A CHAIN whose origin is never answered or, with a peer table, is not a peer.
     DropBadOrigin,
-    /// A CHAIN packet to forward or answer whose next hop the FIB did not
-    /// resolve (no route or no neighbour entry); the origin retransmits.
-    DropNoRoute,
+    /// A CHAIN packet to forward or answer to a peer with no MAC bound yet
+    /// (the controller has not resolved it); the origin retransmits.
+    DropPeerUnresolved,
     /// A CHAIN packet forwarded to its next segment.
     ChainForwarded,
     /// A CHAIN answer to an origin on this very host, handed to its stack.
@@ -63,6 +63,18 @@ pub enum Event {
     /// A datagram to a split port passed untouched: no AF_XDP socket on its
     /// queue, no ring, or the kept part too large for a UMEM frame.
     PassSplitUnserved,
+    /// A datagram to port P from a peer's IPv4 address whose Ethernet source
+    /// is not the MAC bound to that peer (or no MAC is bound yet): a spoofed peer.
+    DropPeerMac,
+    /// A datagram to port P whose IPv4 source is the node's own address:
+    /// never sent from the wire by anyone honest.
+    DropOwnAddress,
+    /// A CHAIN while the peer table is empty: no node is trusted to be
+    /// forwarded to or answered, so a CHAIN could only relay.
+    DropChainNoPeers,
+    /// A WRITE, REDUCE_WRITE or WRITE_NOTIFY whose copy between the frame
+    /// and NetDAM memory failed (a helper refused it): dropped, not answered.
+    DropMemCopyFailed,
 }
 
 impl Event {
@@ -80,15 +92,19 @@ impl Event {
         Event::DropInFlight,
         Event::WindowFull,
         Event::DropBadOrigin,
-        Event::DropNoRoute,
+        Event::DropPeerUnresolved,
         Event::ChainForwarded,
         Event::PassLocalAnswer,
         Event::DropTooLargeForUmem,
         Event::Split,
         Event::PassSplitUnserved,
+        Event::DropPeerMac,
+        Event::DropOwnAddress,
+        Event::DropChainNoPeers,
+        Event::DropMemCopyFailed,
     ];
     /// The event with the highest counter index.
-    const LAST: Event = Event::PassSplitUnserved;
+    const LAST: Event = Event::DropMemCopyFailed;
 
     /// The event with counter index `v`.
     #[inline(always)]
@@ -117,12 +133,16 @@ impl Event {
             Event::DropInFlight => "drop_in_flight",
             Event::WindowFull => "window_full",
             Event::DropBadOrigin => "drop_bad_origin",
-            Event::DropNoRoute => "drop_no_route",
+            Event::DropPeerUnresolved => "drop_peer_unresolved",
             Event::ChainForwarded => "chain_forwarded",
             Event::PassLocalAnswer => "pass_local_answer",
             Event::DropTooLargeForUmem => "drop_too_large_for_umem",
             Event::Split => "split",
             Event::PassSplitUnserved => "pass_split_unserved",
+            Event::DropPeerMac => "drop_peer_mac",
+            Event::DropOwnAddress => "drop_own_address",
+            Event::DropChainNoPeers => "drop_chain_no_peers",
+            Event::DropMemCopyFailed => "drop_mem_copy_failed",
         }
     }
 }

@@ -7,8 +7,9 @@
 //! executed yet"): the carrier rules, validation, NOP, WRITE, READ, REDUCE,
 //! ACCUMULATE, FETCH_ADD, CAS, SWAP, CHAIN and the at-most-once window. MSG
 //! and WRITE_NOTIFY are BAD_OPCODE after the header checks, exactly as in the
-//! data path. The node's FIB is its neighbour table: a CHAIN forward or answer
-//! to an address without an entry is dropped (DropNoRoute).
+//! data path. Each peer is bound to a MAC (`neighbours`): its frames must come
+//! from it and CHAIN packets to it go there; a peer without one is neither
+//! served nor forwarded to (DropPeerMac, DropPeerUnresolved).
 
 use std::{collections::HashMap, net::Ipv4Addr};
 
@@ -17,6 +18,7 @@ use crate::{
         check_chain_preamble, check_hop, check_ready, check_sr_shape, hop_needs_window, HopOp, Me, Segment, SrFixed,
         SEGMENT_LEN, SR_FIXED_LEN,
     },
+    config::PeerEntry,
     counters::{op_status, Event},
     split::UMEM_FRAME_MAX,
     validate::{answers, check_access, check_header, len_past_datagram, needs_window},
@@ -63,7 +65,8 @@ pub struct ModelNode {
     pub windows: HashMap<(Ipv4Addr, u16, u16), Vec<Slot>>,
     /// Readiness generation by rkey (section 6); absent means 0.
     pub generations: HashMap<u32, u32>,
-    /// Next-hop MACs by IPv4 address: the node's FIB and neighbour table.
+    /// The MAC bound to each peer (the controller's copy of the neighbour
+    /// table): where its frames must come from and CHAIN packets to it go.
     pub neighbours: HashMap<Ipv4Addr, [u8; 6]>,
     /// An AF_XDP socket serves the frame's receive queue (MSG and
     /// WRITE_NOTIFY are NO_RECEIVER otherwise).
@@ -159,6 +162,20 @@ impl ModelNode {
         let src = ip_at(f, 26);
         if is_unanswerable_source(u32::from(src)) {
             return drop(Event::DropBadSource);
+        }
+        if src == self.ip {
+            return drop(Event::DropOwnAddress);
+        }
+        // A peer's address counts only from the peer's own MAC (RESP too:
+        // a spoofed answer must not reach the host's collective).
+        let eth_src: [u8; 6] = f[6..12].try_into().expect("34 bytes and more");
+        if self.peers.contains(&src)
+            && !self
+                .neighbours
+                .get(&src)
+                .is_some_and(|m| PeerEntry::new(*m).sent(&eth_src))
+        {
+            return drop(Event::DropPeerMac);
         }
         if self.verify_csum && be16(f, l4 + 6) != 0 {
             let mut seg = f[l4..l4 + udp_len].to_vec();
@@ -303,6 +320,9 @@ impl ModelNode {
         let fixed = SrFixed::from_bytes(sr).expect("sr_len >= 24 (preamble)");
         let segment = |i: usize| Segment::from_bytes(&sr[SR_FIXED_LEN + SEGMENT_LEN * i..]).expect("idx < n (shape)");
         let count = |s: Status| vec![op_status(Opcode::Chain as u8, s)];
+        if self.peers.is_empty() {
+            return Self::outcome(f, Action::Drop, Some(Event::DropChainNoPeers as u32));
+        }
         let shape = match check_sr_shape(h.sr_len, &fixed) {
             Ok(shape) => shape,
             // The origin is not to be trusted: the sender gets the answer.
@@ -312,8 +332,9 @@ impl ModelNode {
             }
         };
         let origin = Ipv4Addr::from(fixed.origin_ip());
-        let is_peer = |ip: Ipv4Addr| self.peers.is_empty() || self.peers.contains(&ip);
-        if is_unanswerable_source(fixed.origin_ip()) || !is_peer(origin) {
+        let is_peer = |ip: Ipv4Addr| self.peers.contains(&ip);
+        // The node's own host may originate; any other origin must be a peer.
+        if is_unanswerable_source(fixed.origin_ip()) || !(origin == self.ip || is_peer(origin)) {
             return Self::outcome(f, Action::Drop, Some(Event::DropBadOrigin as u32));
         }
         let here = segment(shape.idx as usize);
@@ -328,6 +349,7 @@ impl ModelNode {
         };
         let region = self.regions.iter().find(|(k, _)| *k == h.rkey()).map(|(_, r)| *r);
         let next_is_peer = !shape.forwards() || is_peer(Ipv4Addr::from(next.ip()));
+        let times_named = (0..shape.n as usize).filter(|i| segment(*i).names(me)).count() as u32;
         let mut counters = Vec::new();
         let mut out = payload.to_vec();
         let result = check_hop(
@@ -337,6 +359,7 @@ impl ModelNode {
             &here,
             &next,
             next_is_peer,
+            times_named,
             me,
             self.mtu,
             region.as_ref(),
@@ -374,7 +397,7 @@ impl ModelNode {
             return self.to_origin(f, h, &fixed, sr, Status::Ok, answer, counters);
         }
         let Some(mac) = self.neighbours.get(&Ipv4Addr::from(next.ip())) else {
-            counters.push(Event::DropNoRoute as u32);
+            counters.push(Event::DropPeerUnresolved as u32);
             return Outcome {
                 action: Action::Drop,
                 frame: f.to_vec(),
@@ -442,7 +465,7 @@ impl ModelNode {
         } else if let Some(mac) = self.neighbours.get(&origin) {
             (Action::Tx, *mac)
         } else {
-            counters.push(Event::DropNoRoute as u32);
+            counters.push(Event::DropPeerUnresolved as u32);
             return Outcome {
                 action: Action::Drop,
                 frame: f.to_vec(),

@@ -1,11 +1,12 @@
 //! Map values the host reads and writes through aya.
 
-use crate::{NodeConfig, Region};
+use crate::{config::PeerEntry, NodeConfig, Region};
 
-// SAFETY: both are repr(C), made of integers only, with explicit padding
+// SAFETY: all three are repr(C), made of integers only, with explicit padding
 // fields, so every bit pattern is valid and there are no implicit holes.
 unsafe impl aya::Pod for NodeConfig {}
 unsafe impl aya::Pod for Region {}
+unsafe impl aya::Pod for PeerEntry {}
 
 use crate::window::{SourceKey, Window};
 

@@ -390,11 +390,14 @@ const CHAIN_GEN: u32 = 7;
 /// CHAIN (section 6): every hop op at every position, every failure at
 /// every idx, readiness, the window of ACCUMULATE hops, routing and peers.
 fn chain_vectors(g: &mut Gen) {
+    // A CHAIN runs only with a peer table (docs/conformance.md 20); UNRESOLVED
+    // is a peer whose MAC the controller has not bound yet.
     let node = NodeCfg {
         generations: vec![GenerationCfg {
             rkey: RKEY_RW,
             generation: CHAIN_GEN,
         }],
+        peers: vec![CLIENT_IP, HOP_A, HOP_B, UNRESOLVED],
         ..default_node()
     };
     let input = RW_BASE + 0x100;
@@ -594,6 +597,7 @@ fn chain_vectors(g: &mut Gen) {
         vec![f],
         &watch,
     );
+    relay_vectors(g, &node);
     // The window of a non-idempotent hop: key (origin, port, seq, idx).
     let mem = place(g);
     let c = Chain::at(1, HopOp::Accumulate);
@@ -622,6 +626,85 @@ fn chain_vectors(g: &mut Gen) {
         &node,
         &mem,
         vec![f.clone(), f],
+        &watch,
+    );
+}
+
+/// What keeps a CHAIN from being a relay or an amplifier
+/// (docs/conformance.md 20): no CHAIN without peers, segment ports must be
+/// P, a node is named at most twice, and NOP hops need a key.
+fn relay_vectors(g: &mut Gen, node: &NodeCfg) {
+    let input = RW_BASE + 0x100;
+    let watch = [(input, 64), (RW_BASE + 0x800, 64)];
+    let mem = vec![(input, g.bytes(64))];
+    let no_peers = NodeCfg {
+        peers: vec![],
+        ..node.clone()
+    };
+    let f = g.chain_random(&Chain::at(1, HopOp::Nop));
+    g.case(
+        "chain_without_peers",
+        "§6: with an empty peer table a CHAIN is dropped and counted, never run, forwarded or answered (docs/conformance.md 20)",
+        &no_peers,
+        &mem,
+        vec![f],
+        &watch,
+    );
+    let mut f = g.chain_random(&Chain::at(1, HopOp::ReduceWrite));
+    // Segment 2's port: 53 instead of P.
+    let at = 14 + 20 + 8 + 32 + SR_FIXED_LEN + 2 * SEGMENT_LEN + 4;
+    f[at..at + 2].copy_from_slice(&53u16.to_be_bytes());
+    g.case(
+        "chain_next_port_not_p",
+        "§6: a next segment on a port other than P names no NetDAM node: BAD_SR (docs/conformance.md 20)",
+        node,
+        &mem,
+        vec![f],
+        &watch,
+    );
+    let ping_pong = |times: usize| {
+        let segs = (0..2 * times - 1)
+            .map(|i| {
+                if i % 2 == 0 {
+                    (NODE_IP, HopOp::Nop)
+                } else {
+                    (HOP_A, HopOp::Nop)
+                }
+            })
+            .collect();
+        Chain {
+            segs,
+            ..Chain::at(0, HopOp::Nop)
+        }
+    };
+    let twice = g.chain_random(&ping_pong(2));
+    let thrice = g.chain_random(&ping_pong(3));
+    let eight = g.chain_random(&ping_pong(8));
+    g.case(
+        "chain_named_at_most_twice",
+        "§6: a program may name a node twice (a ring does); three times or more is BAD_SR (docs/conformance.md 20)",
+        node,
+        &mem,
+        vec![twice, thrice, eight],
+        &watch,
+    );
+    let mut c = Chain::at(1, HopOp::Nop);
+    c.rkey = 0x9999;
+    let bad_key = g.chain_random(&c);
+    let mut c = Chain::at(1, HopOp::Nop);
+    c.dst_addr = RW_BASE + RW_SIZE;
+    let out_of_bounds = g.chain_random(&c);
+    let mut c = Chain::at(1, HopOp::Nop);
+    c.rkey = RKEY_RO;
+    c.addr = RO_BASE;
+    c.dst_addr = RO_BASE;
+    let read_only = g.chain_random(&c);
+    g.case(
+        "chain_nop_needs_a_key",
+        "§6: a NOP hop needs an rkey naming a region that holds both ranges (BAD_KEY, OUT_OF_BOUNDS), but no permission (docs/conformance.md 20)",
+        node,
+        &mem,
+        vec![bad_key, out_of_bounds, read_only],
         &watch,
     );
 }
@@ -1142,7 +1225,7 @@ pub fn generate() -> Vec<Vector> {
     let second = netdam_frame(&other, &g.node(), &h, &word(1));
     g.case(
         "window_table_full",
-        "§7: a new source finding the window table full is STALE, not executed (docs/conformance.md 12)",
+        "§7: a new source finding the window table full is STALE, not executed (docs/conformance.md 19)",
         &full,
         &[],
         vec![first, second],
@@ -1355,6 +1438,57 @@ pub fn generate() -> Vec<Vector> {
         &peers,
         &[],
         vec![f, f2],
+        &[(RW_BASE, 4)],
+    );
+    // A peer counts only from its own MAC, for answers too; nobody sends the
+    // node's own address from the wire (docs/conformance.md 19).
+    let bound = NodeCfg {
+        peers: vec![CLIENT_IP],
+        ..default_node()
+    };
+    let spoofer = Endpoint {
+        mac: [0x02, 0xBA, 0xD0, 0, 0, 1],
+        ..g.client()
+    };
+    let spoofed = netdam_frame(&spoofer, &node, &nop, &[]);
+    let honest = g.frame(&nop, &[]);
+    let mut answer = nop;
+    answer.flags |= flags::RESP;
+    let spoofed_answer = netdam_frame(&spoofer, &node, &answer, &[]);
+    let honest_answer = g.frame(&answer, &[]);
+    g.case(
+        "peer_bound_to_its_mac",
+        "§1: a peer's address from another MAC is dropped, requests and answers alike; from the peer's MAC it is served (docs/conformance.md 19)",
+        &bound,
+        &[],
+        vec![spoofed, honest, spoofed_answer, honest_answer],
+        &[],
+    );
+    let unbound = NodeCfg {
+        neighbours: vec![],
+        ..bound.clone()
+    };
+    let f = g.frame(&nop, &[]);
+    g.case(
+        "peer_without_a_mac",
+        "§1: a peer whose MAC is not bound yet is not served (docs/conformance.md 19)",
+        &unbound,
+        &[],
+        vec![f],
+        &[],
+    );
+    let me = Endpoint {
+        mac: mac_of(CLIENT_IP),
+        ip: NODE_IP,
+        port: 4000,
+    };
+    let f = netdam_frame(&me, &node, &acked(req(Opcode::Write, RKEY_RW, RW_BASE, 4)), &[7; 4]);
+    g.case(
+        "own_address_source",
+        "§1: a datagram claiming the node's own address as its source is dropped (docs/conformance.md 19)",
+        &default_node(),
+        &[],
+        vec![f],
         &[(RW_BASE, 4)],
     );
     let csum = NodeCfg {

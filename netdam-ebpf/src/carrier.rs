@@ -131,6 +131,17 @@ pub fn try_parse(ctx: &XdpContext, cfg: &NodeConfig, frame_len: u32) -> Result<C
     if is_unanswerable_source(u32::from_be(src)) {
         return Err(Verdict::Drop(Event::DropBadSource));
     }
+    if src == cfg.ipv4_be {
+        return Err(Verdict::Drop(Event::DropOwnAddress));
+    }
+    let peers_only = cfg.flags & cfg_flags::PEERS_ONLY != 0;
+    // SAFETY: a lookup in a hash map of plain values.
+    let peer = if peers_only { unsafe { PEERS.get(&src) } } else { None };
+    // A peer's address counts only from the peer's own MAC, for answers too
+    // (a spoofed answer must not reach the host's collective).
+    if peer.is_some_and(|p| !p.sent(&eth.src_addr)) {
+        return Err(Verdict::Drop(Event::DropPeerMac));
+    }
     if cfg.flags & cfg_flags::VERIFY_CSUM != 0 && udp.check != [0, 0] {
         crate::checksum::verify_udp(ctx, &ip, l4, udp_len)?;
     }
@@ -146,8 +157,7 @@ pub fn try_parse(ctx: &XdpContext, cfg: &NodeConfig, frame_len: u32) -> Result<C
     if hdr.is_response() {
         return Err(Verdict::PassCounted(Event::PassResponse));
     }
-    // SAFETY: a lookup in a hash map of plain values.
-    if cfg.flags & cfg_flags::PEERS_ONLY != 0 && unsafe { PEERS.get(&src) }.is_none() {
+    if peers_only && peer.is_none() {
         return Err(Verdict::Drop(Event::DropNotPeer));
     }
     let headers = (HDR_LEN as u32) + hdr.sr_len as u32;

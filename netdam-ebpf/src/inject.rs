@@ -13,8 +13,7 @@ use netdam_common::inject::{at, INJECT_HEADERS, INJECT_QUEUE};
 
 use crate::{
     atomic::fetch_add64,
-    chain::route::{self, NextHop},
-    maps::INJECT,
+    maps::{peer_mac, CONFIG, INJECT},
     memory::{bounded_len, mem_to_frame},
 };
 
@@ -49,16 +48,13 @@ fn try_run(ctx: &XdpContext) -> Result<u32, ()> {
     if unsafe { bpf_xdp_store_bytes(ctx.ctx, 0, job.headers.as_ptr() as *mut _, hdr) } != 0 {
         return Err(());
     }
-    // MACs from the kernel's FIB, as the chain program forwards (dropped on a miss:
-    // the engine resends, and the node resolves its peers).
-    let src_be = u32::from_ne_bytes([job.headers[26], job.headers[27], job.headers[28], job.headers[29]]);
+    // MACs from the peer table, as the chain program forwards (dropped while
+    // unresolved: the engine resends, and the controller resolves its peers).
     let dst_be = u32::from_ne_bytes([job.headers[30], job.headers[31], job.headers[32], job.headers[33]]);
-    let mut hop = NextHop::default();
-    if route::lookup(ctx, src_be, dst_be, (want - 14) as u32, &mut hop) != 0 {
-        return Err(());
-    }
-    store(ctx, 0, &hop.dmac)?;
-    store(ctx, 6, &hop.smac)?;
+    let dmac = peer_mac(dst_be).ok_or(())?;
+    let cfg = CONFIG.get(0).ok_or(())?;
+    store(ctx, 0, &dmac)?;
+    store(ctx, 6, &cfg.mac)?;
     let whole = len == job.chunk_bytes;
     store(ctx, at::IP_TOTAL_LEN, &((want - 14) as u16).to_be_bytes())?;
     store(

@@ -7,7 +7,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, PerCpuArray, ProgramArray, XskMap},
 };
 use netdam_common::{
-    config::{MAX_PAYLOAD, MEM_CHUNK, PEER_SLOTS, REGION_SLOTS},
+    config::{PeerEntry, MAX_PAYLOAD, MEM_CHUNK, PEER_SLOTS, REGION_SLOTS},
     counters::{Event, COUNTER_SLOTS},
     split::{SplitRing, SPLIT_PORTS},
     window::{SourceKey, Window},
@@ -26,9 +26,19 @@ pub static CONFIG: Array<NodeConfig> = Array::with_max_entries(1, 0);
 #[map(name = "NETDAM_REGIONS")]
 pub static REGIONS: HashMap<u32, Region> = HashMap::with_max_entries(REGION_SLOTS, 0);
 
-/// Peer IPv4 addresses (network order) -> 1.
+/// Peer IPv4 addresses (network order) -> the MAC bound to the peer.
 #[map(name = "NETDAM_PEERS")]
-pub static PEERS: HashMap<u32, u8> = HashMap::with_max_entries(PEER_SLOTS, 0);
+pub static PEERS: HashMap<u32, PeerEntry> = HashMap::with_max_entries(PEER_SLOTS, 0);
+
+/// The MAC bound to peer `ip_be`; `None` if it is not a peer or not resolved yet.
+#[inline(always)]
+pub fn peer_mac(ip_be: u32) -> Option<[u8; 6]> {
+    // SAFETY: a lookup in a hash map of plain values.
+    match unsafe { PEERS.get(&ip_be) } {
+        Some(p) if p.is_resolved() => Some(p.mac),
+        _ => None,
+    }
+}
 
 /// Readiness generation by rkey (section 6); absent means 0. Written only by
 /// the controller (`netdam ready`).

@@ -57,7 +57,7 @@ impl From<Status> for Failure {
 impl From<VectorFailed> for Failure {
     fn from(e: VectorFailed) -> Self {
         match e {
-            VectorFailed::Copy => Failure::Verdict(Verdict::Drop(Event::DropTxFailed)),
+            VectorFailed::Copy => Failure::Verdict(Verdict::Drop(Event::DropMemCopyFailed)),
             VectorFailed::Contended => {
                 count_event(Event::CasContended);
                 Failure::Status(Status::NotReady)
@@ -119,7 +119,7 @@ fn try_execute(ctx: &XdpContext, cfg: &NodeConfig, req: &Request) -> Result<u32,
 fn execute(ctx: &XdpContext, req: &Request, checked: &Checked, addr: u64) -> Result<(u32, u64), Failure> {
     let h = &req.hdr;
     let len = h.len() as u32;
-    let copy_failed = || Failure::Verdict(Verdict::Drop(Event::DropTxFailed));
+    let copy_failed = || Failure::Verdict(Verdict::Drop(Event::DropMemCopyFailed));
     let done_unless_acked = |ctx: &XdpContext| -> Result<u32, Failure> {
         if answers(checked.op, h.flags, Status::Ok) {
             answer_empty(ctx, req)

@@ -44,7 +44,7 @@ pub fn run(ctx: &XdpContext, d: &SplitDatagram) -> Result<u32, Verdict> {
         let n = unsafe { fetch_add64(&raw mut (*ring).taken, 1) };
         // SAFETY: as above; base and slot_size are written by the controller only.
         let a = unsafe { (*ring).slot_addr(n) };
-        memory::frame_to_mem(ctx, payload_off + kept, a, rest).map_err(|_| FAILED)?;
+        memory::frame_to_mem(ctx, payload_off + kept, a, rest).map_err(|_| Verdict::Drop(Event::DropMemCopyFailed))?;
         a
     } else {
         0

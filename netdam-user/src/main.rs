@@ -278,7 +278,8 @@ struct ServeArgs {
     /// A region KEY:BASE:SIZE:PERMS (KEY hex or decimal; PERMS r=READ w=WRITE a=ATOMIC m=MSG), e.g. 0x1234:0:4MiB:rwam. Repeatable.
     #[arg(long = "region", value_parser = parse_region)]
     regions: Vec<(u32, Region)>,
-    /// A peer's IPv4 address; once any is given only peers are served. Repeatable.
+    /// A peer's IPv4 address. Once any is given only peers are served, each only from the MAC the
+    /// neighbour table has for it; CHAIN runs only with peers (it can forward only to them). Repeatable.
     #[arg(long = "peer")]
     peers: Vec<Ipv4Addr>,
     /// XDP attach mode: native (driver), skb (generic), or auto (native, else skb).
@@ -1005,15 +1006,14 @@ async fn serve(a: ServeArgs) -> Result<()> {
         log::warn!("no --region given: every request but NOP will be answered BAD_KEY");
     }
     if a.peers.is_empty() {
-        log::warn!("no --peer given: any source may use this node's memory (PROTOCOL.md section 1)");
+        log::warn!(
+            "no --peer given: any source may use this node's memory (PROTOCOL.md section 1), and CHAIN is refused \
+             (docs/conformance.md 20)"
+        );
     }
-    // The node's own address is a peer: a collective that this host
-    // originates passes through its own node (the ring's o:WRITE hop),
-    // and that hop checks the origin against the peer table.
-    let mut peers = a.peers.clone();
-    if !peers.is_empty() && !peers.contains(&ipv4) {
-        peers.push(ipv4);
-    }
+    // The node's own address needs no entry: its host may be a CHAIN's
+    // origin anyway, and frames claiming it from the wire are dropped.
+    let peers: Vec<Ipv4Addr> = a.peers.iter().copied().filter(|p| *p != ipv4).collect();
     let spec = NodeSpec {
         port: a.port,
         mem_size: a.mem_size,
@@ -1048,8 +1048,11 @@ async fn serve(a: ServeArgs) -> Result<()> {
     let sysctls = sysctls::ChainSysctls::turn_on(&a.iface, &pin_dir).context("the kernel settings CHAIN needs")?;
     let unresolved = neighbours::resolve(&a.iface, ipv4, &spec.peers, Duration::from_secs(1));
     if !unresolved.is_empty() {
-        log::warn!("no neighbour entry yet for peer(s) {unresolved:?}: CHAIN packets to them are dropped until they answer ARP");
+        log::warn!(
+            "no neighbour entry yet for peer(s) {unresolved:?}: they are neither served nor forwarded to until they answer ARP"
+        );
     }
+    bind_peer_macs(&mut node, &a.iface)?;
     let mode = node.attach(&a.iface, a.mode)?;
     log::info!(
         "serving NetDAM on {} ({mode} XDP): {ipv4} port {} mtu {}, {} region(s){}, {} peer(s)",
@@ -1073,13 +1076,26 @@ async fn serve(a: ServeArgs) -> Result<()> {
     };
     let idle = Duration::from_secs(a.window_idle);
     let mut sweep = tokio::time::interval(idle / 4);
+    let mut peer_tick = tokio::time::interval(PEER_SYNC);
+    let mut ticks = 0u64;
     loop {
         tokio::select! {
-            _ = sweep.tick() => {
-                let left = neighbours::resolve(&a.iface, ipv4, &spec.peers, Duration::ZERO);
-                if !left.is_empty() {
-                    log::debug!("peers without a neighbour entry: {left:?}");
+            _ = peer_tick.tick() => {
+                ticks += 1;
+                // Missing entries every tick; every entry now and then, so the
+                // kernel re-checks stale ones (a peer's new MAC).
+                let nudged: Vec<Ipv4Addr> = if ticks.is_multiple_of(PEER_RECHECK_TICKS) {
+                    spec.peers.clone()
+                } else {
+                    let have = neighbours::resolved(&a.iface, &spec.peers);
+                    spec.peers.iter().copied().filter(|p| !have.contains(p)).collect()
+                };
+                neighbours::nudge(ipv4, &nudged);
+                if let Err(e) = bind_peer_macs(&mut node, &a.iface) {
+                    log::warn!("{e:#}");
                 }
+            }
+            _ = sweep.tick() => {
                 match node.expire_windows(idle) {
                     Ok(0) => {}
                     Ok(n) => log::debug!("removed {n} idle at-most-once window(s)"),
@@ -1102,6 +1118,23 @@ async fn serve(a: ServeArgs) -> Result<()> {
         a.iface,
         pin_dir.display()
     );
+    Ok(())
+}
+
+/// How often `serve` copies the peers' MACs from the neighbour table.
+const PEER_SYNC: Duration = Duration::from_secs(1);
+/// Every this many syncs, every peer's entry is nudged (not only missing ones).
+const PEER_RECHECK_TICKS: u64 = 10;
+
+/// Binds the peers to their MACs in the neighbour table of `iface`, logging each change.
+fn bind_peer_macs(node: &mut Node, iface: &str) -> Result<()> {
+    let changed = node
+        .bind_peer_macs(&neighbours::complete(iface))
+        .context("binding the peers to their MACs")?;
+    for (ip, mac) in changed {
+        let mac: Vec<String> = mac.iter().map(|b| format!("{b:02x}")).collect();
+        log::info!("peer {ip} bound to MAC {}", mac.join(":"));
+    }
     Ok(())
 }
 

@@ -1,6 +1,7 @@
-//! A network namespace that gives BPF_PROG_TEST_RUN a FIB: the node's
-//! interface with its address and permanent neighbour entries, so that the
-//! CHAIN program's `bpf_fib_lookup` resolves next hops as on a real node.
+//! A network namespace for BPF_PROG_TEST_RUN: the node's interface with its
+//! address and permanent neighbour entries, as on a real node (test runs
+//! arrive on it, an AF_XDP socket binds to its queue 0). CHAIN next hops
+//! come from the peer table's MACs (`Node::bind_peer_macs`), not from here.
 
 use std::{fs::File, net::Ipv4Addr, process::Command};
 

@@ -352,9 +352,12 @@ fn allreduce_refuses_bad_groups_and_layouts_and_names_a_refused_step() {
     require_root();
     let tb = Testbed::up(&unique_prefix(), 2, 1500).expect("testbed up");
     // READ and WRITE but no ATOMIC: chunks run, the sync step is refused.
-    let args: Vec<String> = ["--mem-size", "1MiB", "--region", "0x77:0:1MiB:rw", "--mode", "native"]
+    let mut args: Vec<String> = ["--mem-size", "1MiB", "--region", "0x77:0:1MiB:rw", "--mode", "native"]
         .map(String::from)
         .to_vec();
+    for h in &tb.hosts {
+        args.extend(["--peer".to_string(), h.ip.to_string()]);
+    }
     let _served: Vec<_> = (0..2)
         .map(|i| tb.serve(i, &netdam_bin(), &args).expect("serve"))
         .collect();

@@ -10,13 +10,14 @@
 use std::net::Ipv4Addr;
 
 use netdam_common::{
-    chain::{HopOp, Segment, SrFixed},
+    chain::{HopOp, Segment, SrFixed, MAX_SEGMENTS},
     frame::{udp_frame, Endpoint, Ipv4Opts},
     model::{Action, ModelNode},
     wire::{flags, DEFAULT_PORT},
     NetdamHdr,
 };
 use netdam_tests::{cengine::CEngine, fibns::FibNetns, progrun::*, unique_prefix, Rng};
+use netdam_user::NodeSpec;
 
 const MEM: u64 = 1 << 20;
 
@@ -35,7 +36,12 @@ const GENERATION: u32 = 5;
 /// at idx, with next hops that do and do not resolve, origins that are and
 /// are not answerable, tags around the generation; sometimes broken.
 fn sr_program(rng: &mut Rng, h: &mut NetdamHdr) -> Vec<u8> {
-    let n = 1 + rng.below(6) as u8;
+    // Mostly short programs; a fifth up to the 15 segments an SR header holds.
+    let n = if rng.chance(80) {
+        1 + rng.below(6) as u8
+    } else {
+        1 + rng.below(MAX_SEGMENTS as u64) as u8
+    };
     let idx = if rng.chance(95) { rng.below(n as u64) as u8 } else { n };
     let hosts = [
         NODE.ip,
@@ -180,6 +186,17 @@ fn generate(rng: &mut Rng) -> Vec<u8> {
     if rng.chance(3) {
         src.ip = [std::net::Ipv4Addr::LOCALHOST, std::net::Ipv4Addr::new(224, 0, 0, 5)][rng.below(2) as usize];
     }
+    // Spoofers: the node's own address, another peer's address, a peer's
+    // address from a stranger's MAC.
+    if rng.chance(2) {
+        src.ip = NODE.ip;
+    }
+    if rng.chance(3) {
+        src.ip = NEIGHBOURS[1 + rng.below(2) as usize].0;
+    }
+    if rng.chance(4) {
+        src.mac = [0x02, 0xBA, 0xD0, 0, 0, rng.below(256) as u8];
+    }
     let mut dst = NODE;
     if rng.chance(3) {
         dst = Endpoint {
@@ -212,6 +229,21 @@ fn generate(rng: &mut Rng) -> Vec<u8> {
 
 #[test]
 fn model_and_xdp_program_agree_frame_by_frame() {
+    fuzz(&[]);
+}
+
+/// With a peer table: CHAIN runs, peers are bound to their MACs, and
+/// UNRESOLVED is a peer without one.
+#[test]
+fn model_and_xdp_program_agree_frame_by_frame_with_a_peer_table() {
+    let peers: Vec<Ipv4Addr> = NEIGHBOURS.iter().map(|(ip, _)| *ip).chain([UNRESOLVED]).collect();
+    fuzz(&peers);
+}
+
+/// Fuzzes the node configured with `peers` (NETDAM_FUZZ_FRAMES frames from
+/// NETDAM_FUZZ_SEED): the XDP program, the model and the C engine must
+/// agree on every verdict and frame, and on memory and counters.
+fn fuzz(peers: &[Ipv4Addr]) {
     let frames: u64 = std::env::var("NETDAM_FUZZ_FRAMES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -220,9 +252,13 @@ fn model_and_xdp_program_agree_frame_by_frame() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0x5EED_0001);
-    let s = spec();
+    let s = NodeSpec {
+        peers: peers.to_vec(),
+        ..spec()
+    };
     let mut node = load(&s);
     node.set_generation(RKEY_RW, GENERATION).unwrap();
+    node.bind_peer_macs(&NEIGHBOURS).unwrap();
     let fib = FibNetns::new(&unique_prefix(), NODE.mac, NODE.ip, &NEIGHBOURS);
     let mut model = ModelNode::new(
         s.mac,
@@ -325,11 +361,24 @@ fn model_and_xdp_program_agree_frame_by_frame() {
         "{frames} frames (seed {seed:#x}) in {:.1} s: {seen:?}; CHAIN hops OK {chain_ok}, forwarded {forwarded}",
         started.elapsed().as_secs_f64()
     );
-    // Structured SR programs must get past the header checks, run hops and forward.
-    assert!(
-        chain_ok > frames / 100 && forwarded > frames / 200,
-        "too few CHAIN hops ran ({chain_ok}) or were forwarded ({forwarded})"
-    );
+    if peers.is_empty() {
+        // Without peers no CHAIN runs: each is dropped and counted.
+        let refused = stats.event(netdam_common::counters::Event::DropChainNoPeers);
+        assert!(
+            chain_ok == 0 && forwarded == 0 && refused > frames / 100,
+            "CHAIN without peers: {chain_ok} hops ran, {forwarded} forwarded, {refused} refused"
+        );
+    } else {
+        // Structured SR programs must get past the header checks, run hops
+        // and forward (fewer than without the relay rules: spoofed sources,
+        // nodes named thrice and unresolved peers stop many).
+        assert!(
+            chain_ok > frames / 400 && forwarded > frames / 1000,
+            "too few CHAIN hops ran ({chain_ok}) or were forwarded ({forwarded})"
+        );
+        let spoofed = stats.event(netdam_common::counters::Event::DropPeerMac);
+        assert!(spoofed > frames / 100, "too few spoofed peers were dropped ({spoofed})");
+    }
     // The generator must reach every verdict, or the comparison proves little.
     for v in ["pass", "drop", "tx"] {
         assert!(

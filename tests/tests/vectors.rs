@@ -35,6 +35,7 @@ fn every_vector_matches_the_xdp_program() {
         let key = serde_json::to_string(&v.node).unwrap();
         let (node, ns, _) = nodes.entry(key).or_insert_with(|| {
             let mut node = load(&spec_of(&v.node));
+            node.bind_peer_macs(&v.node.neighbours()).unwrap();
             for g in &v.node.generations {
                 node.set_generation(g.rkey, g.generation).unwrap();
             }

@@ -443,12 +443,36 @@ fn sources_never_answered_and_peers() {
     assert_eq!(counter(&node, Event::DropBadSource as u32), 4);
     drop(node);
 
-    let node = load(&netdam_user::NodeSpec {
+    let mut node = load(&netdam_user::NodeSpec {
         peers: vec![CLIENT.ip],
         ..spec()
     });
+    // A peer whose MAC is not bound yet is not served.
     let f = frame(&hdr(Opcode::Nop, 0, 0, 0), &[]);
+    assert_eq!(run(&node, &f).action, XDP_DROP);
+    assert_eq!(counter(&node, Event::DropPeerMac as u32), 1);
+    node.bind_peer_macs(&[(CLIENT.ip, CLIENT.mac)]).unwrap();
     answered(&run(&node, &f), &f, Status::Ok);
+    // The peer's address from another MAC: a spoofer, dropped; answers too.
+    let spoofer = Endpoint {
+        mac: [0x02, 0xBA, 0xD0, 0, 0, 1],
+        ..CLIENT
+    };
+    let before = snapshot(&node);
+    let w = netdam_frame(&spoofer, &NODE, &hdr(Opcode::Write, RKEY_RW, RW.base, 4), &[9; 4]);
+    assert_eq!(run(&node, &w).action, XDP_DROP);
+    let mut resp = hdr(Opcode::Nop, 0, 0, 0);
+    resp.flags = flags::RESP;
+    let r = netdam_frame(&spoofer, &NODE, &resp, &[]);
+    assert_eq!(run(&node, &r).action, XDP_DROP);
+    assert_eq!(snapshot(&node), before);
+    assert_eq!(counter(&node, Event::DropPeerMac as u32), 3);
+    // The node's own address from the wire.
+    let me = Endpoint { ip: NODE.ip, ..CLIENT };
+    let w = netdam_frame(&me, &NODE, &hdr(Opcode::Write, RKEY_RW, RW.base, 4), &[9; 4]);
+    assert_eq!(run(&node, &w).action, XDP_DROP);
+    assert_eq!(snapshot(&node), before);
+    assert_eq!(counter(&node, Event::DropOwnAddress as u32), 1);
     let stranger = Endpoint {
         ip: Ipv4Addr::new(198, 18, 0, 99),
         ..CLIENT

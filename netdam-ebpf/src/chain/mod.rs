@@ -3,17 +3,11 @@
 //! answered to the origin. A program of its own (`netdam_chain`), which
 //! `netdam` tail-calls, so that each stays within the verifier's budget.
 
-pub mod route;
-
-use aya_ebpf::{
-    bindings::xdp_action,
-    helpers::generated::{bpf_redirect, bpf_xdp_store_bytes},
-    programs::XdpContext,
-};
+use aya_ebpf::{bindings::xdp_action, helpers::generated::bpf_xdp_store_bytes, programs::XdpContext};
 use netdam_common::{
     chain::{
         check_chain_preamble, check_hop, check_ready, check_sr_shape, hop_needs_window, CheckedHop, HopOp, Me, Segment,
-        SrFixed, SrShape, SEGMENT_LEN, SR_FIXED_LEN,
+        SrFixed, SrShape, MAX_SEGMENTS, SEGMENT_LEN, SR_FIXED_LEN,
     },
     config::cfg_flags,
     counters::{op_status, Event},
@@ -21,11 +15,10 @@ use netdam_common::{
     wire::{is_unanswerable_source, CARRIER_LEN, HDR_LEN},
     NetdamHdr, NodeConfig, Opcode, Status,
 };
-use route::NextHop;
 
 use crate::{
     carrier::{self, load, Request},
-    maps::{count, count_event, CHAIN_STATE, GENERATIONS, PEERS, REGIONS},
+    maps::{count, count_event, peer_mac, CHAIN_STATE, GENERATIONS, PEERS, REGIONS},
     memory,
     ops::Failure,
     respond::{self, Addressing},
@@ -103,8 +96,16 @@ fn try_prepare(
     let req = &st.req;
     let sr_off = req.payload_off - req.hdr.sr_len as u32;
     let mut sr = SrFixed::default();
-    let shape = match check_chain_preamble(&req.hdr)
-        .and_then(|_| load(ctx, sr_off, &mut sr).map_err(|_| Status::BadSr))
+    if let Err(s) = check_chain_preamble(&req.hdr) {
+        count(op_status(Opcode::Chain as u8, s));
+        return respond::status_only(ctx, req, s).map(Some);
+    }
+    // Without peers nobody may be forwarded to or answered: a CHAIN could only relay.
+    if cfg.flags & cfg_flags::PEERS_ONLY == 0 {
+        return Err(Verdict::Drop(Event::DropChainNoPeers));
+    }
+    let shape = match load(ctx, sr_off, &mut sr)
+        .map_err(|_| Status::BadSr)
         .and_then(|_| check_sr_shape(req.hdr.sr_len, &sr))
     {
         Ok(shape) => shape,
@@ -114,7 +115,9 @@ fn try_prepare(
             return respond::status_only(ctx, req, s).map(Some);
         }
     };
-    if is_unanswerable_source(sr.origin_ip()) || !is_peer(cfg, sr.origin_ip().to_be()) {
+    let origin_be = sr.origin_ip().to_be();
+    // The node's own host may originate; any other origin must be a peer.
+    if is_unanswerable_source(sr.origin_ip()) || !(origin_be == cfg.ipv4_be || is_peer(origin_be)) {
         return Err(Verdict::Drop(Event::DropBadOrigin));
     }
     st.at = At { sr, shape, sr_off };
@@ -135,7 +138,7 @@ const PASS_COUNTED_BASE: u32 = 0x200;
 const PASS: u32 = 0x300;
 /// `prepare`: go on with the hop.
 const CONTINUE: u32 = 0x400;
-const NO_ROUTE: u32 = DROP_BASE + Event::DropNoRoute as u32;
+const UNRESOLVED: u32 = DROP_BASE + Event::DropPeerUnresolved as u32;
 const TX_FAILED: u32 = DROP_BASE + Event::DropTxFailed as u32;
 
 #[inline(always)]
@@ -235,14 +238,15 @@ fn try_hop(
     if shape.forwards() {
         load(ctx, segment_off(sr_off, shape.idx + 1), &mut next)?;
     }
-    let next_is_peer = !shape.forwards() || is_peer(cfg, next.ip().to_be());
+    let next_is_peer = !shape.forwards() || is_peer(next.ip().to_be());
     let me = Me {
         ip: u32::from_be(cfg.ipv4_be),
         port: cfg.port,
     };
+    let named = times_named(ctx, sr_off, shape.n, me)?;
     // SAFETY: lookups in hash maps of plain values.
     let region = unsafe { REGIONS.get(&h.rkey()) };
-    let checked = check_hop(h, sr, shape, &here, &next, next_is_peer, me, cfg.mtu, region)?;
+    let checked = check_hop(h, sr, shape, &here, &next, next_is_peer, named, me, cfg.mtu, region)?;
     // SAFETY: as above.
     let generation = unsafe { GENERATIONS.get(&h.rkey()) }.copied().unwrap_or(0);
     check_ready(checked.op, h.tag(), generation)?;
@@ -278,6 +282,21 @@ fn try_hop(
     }
 }
 
+/// How many of the program's `n` segments name this node.
+#[inline(always)]
+fn times_named(ctx: &XdpContext, sr_off: u32, n: u8, me: Me) -> Result<u32, Failure> {
+    let mut named = 0;
+    let mut seg = Segment::default();
+    for i in 0..MAX_SEGMENTS as u8 {
+        if i >= n {
+            break;
+        }
+        load(ctx, segment_off(sr_off, i), &mut seg)?;
+        named += seg.names(me) as u32;
+    }
+    Ok(named)
+}
+
 /// The hop op on the payload in the frame and on memory. One call site per
 /// helper, so that the verifier walks each once.
 #[inline(always)]
@@ -294,7 +313,7 @@ fn execute(ctx: &XdpContext, req: &Request, hop: &CheckedHop, dst_addr: u64) -> 
     }
     if matches!(hop.op, HopOp::Write | HopOp::ReduceWrite) {
         memory::frame_to_mem(ctx, req.payload_off, dst_addr, len)
-            .map_err(|_| Failure::Verdict(Verdict::Drop(Event::DropTxFailed)))?;
+            .map_err(|_| Failure::Verdict(Verdict::Drop(Event::DropMemCopyFailed)))?;
     }
     Ok(())
 }
@@ -304,15 +323,13 @@ fn execute(ctx: &XdpContext, req: &Request, hop: &CheckedHop, dst_addr: u64) -> 
 /// own stack frame, off the call chain of the vector callbacks.
 #[inline(never)]
 fn forward(ctx: &XdpContext, cfg: &NodeConfig, req: &Request, idx: u8, next: &Segment) -> u32 {
-    let mut hop = NextHop::default();
     let len = req.hdr.len() as u32;
-    let ip_len = (CARRIER_LEN - 14 + HDR_LEN) as u32 + req.hdr.sr_len as u32 + len;
-    if route::lookup(ctx, cfg.ipv4_be, next.ip().to_be(), ip_len, &mut hop) != 0 {
-        return NO_ROUTE;
-    }
+    let Some(dmac) = peer_mac(next.ip().to_be()) else {
+        return UNRESOLVED;
+    };
     let to = Addressing {
-        eth_dst: hop.dmac,
-        eth_src: hop.smac,
+        eth_dst: dmac,
+        eth_src: cfg.mac,
         ip_src: cfg.ipv4_be.to_ne_bytes(),
         ip_dst: next.ip().to_be_bytes(),
         udp_src: cfg.port.to_be_bytes(),
@@ -328,28 +345,25 @@ fn forward(ctx: &XdpContext, cfg: &NodeConfig, req: &Request, idx: u8, next: &Se
         return TX_FAILED;
     }
     count_event(Event::ChainForwarded);
-    egress(ctx, hop.ifindex)
+    xdp_action::XDP_TX
 }
 
 /// Answers the origin, keeping the SR header (idx = this hop).
 #[inline(never)]
 fn answer_origin(ctx: &XdpContext, cfg: &NodeConfig, req: &Request, sr: &SrFixed, answer: &Answer) -> u32 {
     let origin_be = sr.origin_ip().to_be();
-    let mut hop = NextHop::default();
     let local = origin_be == cfg.ipv4_be;
-    if local {
-        // The origin is on this host: its stack gets the answer.
-        hop.smac = cfg.mac;
-        hop.dmac = cfg.mac;
-    } else {
-        let ip_len = (CARRIER_LEN - 14 + HDR_LEN) as u32 + req.hdr.sr_len as u32 + answer.payload_len;
-        if route::lookup(ctx, cfg.ipv4_be, origin_be, ip_len, &mut hop) != 0 {
-            return NO_ROUTE;
-        }
-    }
+    // The origin on this host gets the answer through its stack.
+    let dmac = match local {
+        true => cfg.mac,
+        false => match peer_mac(origin_be) {
+            Some(mac) => mac,
+            None => return UNRESOLVED,
+        },
+    };
     let to = Addressing {
-        eth_dst: hop.dmac,
-        eth_src: hop.smac,
+        eth_dst: dmac,
+        eth_src: cfg.mac,
         ip_src: cfg.ipv4_be.to_ne_bytes(),
         ip_dst: origin_be.to_ne_bytes(),
         udp_src: cfg.port.to_be_bytes(),
@@ -368,20 +382,8 @@ fn answer_origin(ctx: &XdpContext, cfg: &NodeConfig, req: &Request, sr: &SrFixed
         count_event(Event::PassLocalAnswer);
         return xdp_action::XDP_PASS;
     }
-    egress(ctx, hop.ifindex)
-}
-
-/// XDP_TX out of the interface the frame came in on, else a redirect.
-#[inline(always)]
-fn egress(ctx: &XdpContext, ifindex: u32) -> u32 {
-    // SAFETY: the XDP context of this frame; bpf_redirect only records the target.
-    unsafe {
-        if ifindex == (*ctx.ctx).ingress_ifindex {
-            xdp_action::XDP_TX
-        } else {
-            bpf_redirect(ifindex, 0) as u32
-        }
-    }
+    // Peers are reached through the interface the node serves.
+    xdp_action::XDP_TX
 }
 
 /// What `emit` makes of a CHAIN packet.
@@ -423,10 +425,10 @@ fn emit(ctx: &XdpContext, req: &Request, to: &Addressing, r: &Rewrite) -> i32 {
     }
 }
 
-/// Whether `ip_be` may be forwarded to or answered: any address when the
-/// peer table is empty (section 1).
+/// Whether `ip_be` may be forwarded to or answered: a CHAIN runs only with
+/// a peer table, so only a peer.
 #[inline(always)]
-fn is_peer(cfg: &NodeConfig, ip_be: u32) -> bool {
+fn is_peer(ip_be: u32) -> bool {
     // SAFETY: a lookup in a hash map of plain values.
-    cfg.flags & cfg_flags::PEERS_ONLY == 0 || unsafe { PEERS.get(&ip_be) }.is_some()
+    unsafe { PEERS.get(&ip_be) }.is_some()
 }

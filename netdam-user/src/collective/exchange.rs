@@ -96,12 +96,47 @@ struct Slot {
 }
 
 /// Requests `0..n` of one exchange: request i carries seq `seq_base + i`,
-/// and its answer carries tag `tag`.
+/// and its answer carries tag `tag` and comes from `answerer`.
 #[derive(Clone, Copy, Debug)]
-pub struct Requests {
+pub struct Requests<'a> {
     pub n: usize,
     pub seq_base: u32,
     pub tag: u32,
+    pub answerer: Answerer<'a>,
+}
+
+/// Who may answer (docs/conformance.md 20): an answer from anyone else is
+/// ignored, so that a forged OK cannot mark a chunk done.
+#[derive(Clone, Copy, Debug)]
+pub enum Answerer<'a> {
+    /// Request i goes to node `to[i]` on `port`, which answers it.
+    EachTo { to: &'a [Ipv4Addr], port: u16 },
+    /// Every request runs the same SR program: OK comes only from its last
+    /// hop `last` (SR idx `last_idx`); a failure from any of its `hops` on `port`.
+    Program {
+        last: SocketAddrV4,
+        last_idx: u8,
+        hops: &'a [Ipv4Addr],
+        port: u16,
+    },
+}
+
+impl Answerer<'_> {
+    /// Whether an answer to request `i` with `status` and SR idx `sr_idx` may come from `from`.
+    fn accepts(&self, i: usize, status: Status, sr_idx: Option<u8>, from: SocketAddrV4) -> bool {
+        match *self {
+            Answerer::EachTo { to, port } => from == SocketAddrV4::new(to[i], port),
+            Answerer::Program {
+                last,
+                last_idx,
+                hops,
+                port,
+            } => match status {
+                Status::Ok => from == last && sr_idx == Some(last_idx),
+                _ => from.port() == port && hops.contains(from.ip()),
+            },
+        }
+    }
 }
 
 /// Where requests leave.
@@ -144,7 +179,8 @@ where
 
 /// Sends `reqs` through `tx` until each has an OK answer (whose payload
 /// goes to `answered(i, payload)`), reading answers from `sock`. Answers to
-/// anything else arriving on the socket are ignored.
+/// anything else, or from another node than `reqs.answerer` allows,
+/// arriving on the socket are ignored.
 pub fn exchange(
     sock: &UdpSocket,
     pacing: &Pacing,
@@ -152,7 +188,12 @@ pub fn exchange(
     tx: &mut impl Transmit,
     mut answered: impl FnMut(usize, &[u8]),
 ) -> Result<Sent, Stopped> {
-    let Requests { n, seq_base, tag } = reqs;
+    let Requests {
+        n,
+        seq_base,
+        tag,
+        answerer,
+    } = reqs;
     let mut slots: Vec<Slot> = (0..n)
         .map(|_| Slot {
             state: State::Unsent,
@@ -202,15 +243,16 @@ pub fn exchange(
             match sock.recv_from(&mut rbuf) {
                 Ok((len, from)) => {
                     let from = match from {
-                        std::net::SocketAddr::V4(a) => *a.ip(),
+                        std::net::SocketAddr::V4(a) => a,
                         std::net::SocketAddr::V6(_) => continue,
                     };
                     let Some((i, status, sr_idx, payload)) = answer(&rbuf[..len], seq_base, n, tag) else {
                         continue;
                     };
-                    if slots[i].state != State::Waiting {
+                    if slots[i].state != State::Waiting || !answerer.accepts(i, status, sr_idx, from) {
                         continue;
                     }
+                    let from = *from.ip();
                     match status {
                         Status::Ok => {
                             answered(i, payload);

@@ -38,7 +38,7 @@ use std::{
 };
 
 use afxdp_tx::AfXdpTx;
-use exchange::{exchange, Pacing, Requests, Sent, SocketTx, Stopped};
+use exchange::{exchange, Answerer, Pacing, Requests, Sent, SocketTx, Stopped};
 use inject::{Batch, Injector};
 use netdam_common::{
     chain::{ring_member, MAX_RING},
@@ -522,6 +522,7 @@ impl<N: MemberNode> Collective<N> {
             n: to.len(),
             seq_base: rand::random(),
             tag,
+            answerer: Answerer::EachTo { to, port },
         };
         let mut tx = SocketTx {
             sock: &self.sock,
@@ -636,10 +637,17 @@ impl<N: MemberNode> Collective<N> {
         // Every chunk a member originates goes first to member o+1.
         let first_hop = SocketAddrV4::new(self.group.members[ring_member(self.rank, 0, n)], port);
         let pacing = self.pacing();
+        let segments = 2 * (n - 1);
         let reqs = Requests {
             n: mine.len(),
             seq_base: rand::random(),
             tag: generation,
+            answerer: Answerer::Program {
+                last: SocketAddrV4::new(self.group.members[ring_member(self.rank, segments - 1, n)], port),
+                last_idx: (segments - 1) as u8,
+                hops: &self.group.members,
+                port,
+            },
         };
         let mut read_failed = None;
         let node = &self.node;

@@ -24,7 +24,7 @@ use aya::{
 pub use local::LocalNode;
 pub use memory::NetdamMemory;
 use netdam_common::{
-    config::{cfg_flags, MEM_CHUNK, MEM_MAX, REGION_SLOTS},
+    config::{cfg_flags, PeerEntry, MEM_CHUNK, MEM_MAX, REGION_SLOTS},
     counters::COUNTER_SLOTS,
     window::{SourceKey, Window},
     NodeConfig, Region,
@@ -375,16 +375,22 @@ impl Node {
                 .insert(k, r, 0)
                 .map_err(|e| ControllerError::Map(MAP_REGIONS, e))?;
         }
-        let mut peers: BpfHashMap<_, u32, u8> = BpfHashMap::try_from(self.ebpf.map_mut(MAP_PEERS).expect("peers map"))
-            .map_err(|e| ControllerError::Map(MAP_PEERS, e))?;
-        let old: Vec<u32> = peers.keys().filter_map(Result::ok).collect();
-        for k in old {
-            let _ = peers.remove(&k);
+        let mut peers = self.peer_map()?;
+        // A peer that stays keeps its bound MAC; a new one is unresolved
+        // (neither served nor forwarded to) until `bind_peer_macs`.
+        let old: Vec<(u32, PeerEntry)> = peers.iter().filter_map(Result::ok).collect();
+        for (k, _) in &old {
+            if !spec.peers.iter().any(|p| u32::from(*p).to_be() == *k) {
+                let _ = peers.remove(k);
+            }
         }
         for p in &spec.peers {
-            peers
-                .insert(u32::from(*p).to_be(), 1, 0)
-                .map_err(|e| ControllerError::Map(MAP_PEERS, e))?;
+            let k = u32::from(*p).to_be();
+            if !old.iter().any(|(o, _)| *o == k) {
+                peers
+                    .insert(k, PeerEntry::default(), 0)
+                    .map_err(|e| ControllerError::Map(MAP_PEERS, e))?;
+            }
         }
         // Config last: the data path serves nothing until its port is set.
         let mut cfg: Array<_, NodeConfig> = Array::try_from(self.ebpf.map_mut(MAP_CONFIG).expect("config map"))
@@ -392,6 +398,36 @@ impl Node {
         cfg.set(0, spec.config(), 0)
             .map_err(|e| ControllerError::Map(MAP_CONFIG, e))?;
         Ok(())
+    }
+
+    fn peer_map(&mut self) -> Result<BpfHashMap<&mut aya::maps::MapData, u32, PeerEntry>, ControllerError> {
+        BpfHashMap::try_from(self.ebpf.map_mut(MAP_PEERS).expect("peers map"))
+            .map_err(|e| ControllerError::Map(MAP_PEERS, e))
+    }
+
+    /// Binds each peer of the table to its MAC from `macs` (the neighbour
+    /// table: `neighbours::complete`), the MAC its frames must come from and
+    /// CHAIN packets to it go to. Returns the peers whose MAC changed.
+    pub fn bind_peer_macs(
+        &mut self,
+        macs: &[(Ipv4Addr, [u8; 6])],
+    ) -> Result<Vec<(Ipv4Addr, [u8; 6])>, ControllerError> {
+        let mut peers = self.peer_map()?;
+        let bound: Vec<(u32, PeerEntry)> = peers.iter().filter_map(Result::ok).collect();
+        let mut changed = Vec::new();
+        for (k, entry) in bound {
+            let ip = Ipv4Addr::from(u32::from_be(k));
+            let Some((_, mac)) = macs.iter().find(|(a, _)| *a == ip) else {
+                continue;
+            };
+            if entry.mac != *mac {
+                peers
+                    .insert(k, PeerEntry::new(*mac), 0)
+                    .map_err(|e| ControllerError::Map(MAP_PEERS, e))?;
+                changed.push((ip, *mac));
+            }
+        }
+        Ok(changed)
     }
 
     pub fn memory(&self) -> &NetdamMemory {

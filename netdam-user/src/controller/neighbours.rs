@@ -1,7 +1,9 @@
-//! Neighbour entries for the peers (PROTOCOL.md section 6): the data path
-//! forwards CHAIN packets with MACs from the kernel's FIB, which never
-//! resolves an address by itself, so the controller makes the kernel do it
-//! at start and whenever an entry is missing.
+//! The peers' MACs (PROTOCOL.md sections 1 and 6, docs/conformance.md 19):
+//! the data path binds each peer to a MAC in its peer table and forwards
+//! CHAIN packets with it. The controller takes the MACs from the kernel's
+//! neighbour table, makes the kernel resolve a peer without an entry, and
+//! nudges every entry now and then so that the kernel re-checks stale ones
+//! (a peer whose MAC changed is found that way, or by its gratuitous ARP).
 
 use std::{
     net::{Ipv4Addr, SocketAddrV4, UdpSocket},
@@ -12,7 +14,7 @@ use std::{
 const DISCARD_PORT: u16 = 9;
 
 /// The complete ARP entries on `iface`: (address, MAC).
-fn complete(iface: &str) -> Vec<(Ipv4Addr, [u8; 6])> {
+pub fn complete(iface: &str) -> Vec<(Ipv4Addr, [u8; 6])> {
     // The calling thread's namespace: a thread may have entered another than its process.
     let table = std::fs::read_to_string("/proc/thread-self/net/arp").unwrap_or_default();
     table
@@ -41,6 +43,17 @@ pub fn resolved(iface: &str, peers: &[Ipv4Addr]) -> Vec<Ipv4Addr> {
         .collect()
 }
 
+/// Makes the kernel use the neighbour entry of each of `peers` once (an
+/// empty datagram to the discard port), without waiting: a missing entry
+/// gets resolved, a stale one probed.
+pub fn nudge(own: Ipv4Addr, peers: &[Ipv4Addr]) {
+    if let Ok(s) = UdpSocket::bind("0.0.0.0:0") {
+        for p in peers.iter().filter(|p| **p != own) {
+            let _ = s.send_to(&[], SocketAddrV4::new(*p, DISCARD_PORT));
+        }
+    }
+}
+
 /// The MAC of `ip` on `iface`, resolving it first (up to `wait`) if need be.
 pub fn mac_of(iface: &str, own: Ipv4Addr, ip: Ipv4Addr, wait: Duration) -> Option<[u8; 6]> {
     resolve(iface, own, &[ip], wait);
@@ -56,16 +69,11 @@ pub fn resolve(iface: &str, own: Ipv4Addr, peers: &[Ipv4Addr], wait: Duration) -
     if left.is_empty() {
         return left;
     }
-    let socket = UdpSocket::bind("0.0.0.0:0");
     let deadline = Instant::now() + wait;
     let mut next_nudge = Instant::now();
     while !left.is_empty() && Instant::now() < deadline {
         if Instant::now() >= next_nudge {
-            if let Ok(s) = &socket {
-                for p in &left {
-                    let _ = s.send_to(&[], SocketAddrV4::new(*p, DISCARD_PORT));
-                }
-            }
+            nudge(own, &left);
             next_nudge = Instant::now() + Duration::from_millis(250);
         }
         std::thread::sleep(Duration::from_millis(10));

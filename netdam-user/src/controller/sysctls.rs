@@ -1,7 +1,9 @@
-//! The kernel settings `serve` turns on for CHAIN on the served interface
-//! (IPv4 forwarding, without which `bpf_fib_lookup` resolves no next hop,
-//! and accept_local, for chain answers to this very host), put back even
-//! when the controller dies without cleaning up.
+//! The kernel setting `serve` turns on for CHAIN on the served interface
+//! (accept_local, for chain answers to this very host), put back even when
+//! the controller dies without cleaning up. IPv4 forwarding, which the
+//! FIB-based next hops of earlier versions needed, is no longer turned on
+//! (next hops are the peers' bound MACs); a record of it left by an earlier
+//! version is restored at the next start.
 //!
 //! The original values are written to a record under /run before anything
 //! changes, so a SIGKILL, a crash or a power cut cannot lose them: the next
@@ -24,13 +26,10 @@ use thiserror::Error;
 pub const RECORD_DIR: &str = "/run/netdam/sysctls";
 
 /// What `serve` turns on, and why (for the log).
-const SETTINGS: [(&str, &str); 2] = [
-    ("forwarding", "IPv4 forwarding, for CHAIN next hops"),
-    (
-        "accept_local",
-        "accepting its own address as a source, for chain answers to this host",
-    ),
-];
+const SETTINGS: [(&str, &str); 1] = [(
+    "accept_local",
+    "accepting its own address as a source, for chain answers to this host",
+)];
 
 #[derive(Debug, Error)]
 pub enum SysctlError {
@@ -137,6 +136,14 @@ impl ChainSysctls {
             }
             _ => Vec::new(),
         };
+        // Settings an earlier version turned on and this one does not.
+        for s in earlier
+            .iter()
+            .filter(|s| !SETTINGS.iter().any(|(n, _)| s.path.ends_with(n)))
+        {
+            write_setting(s)?;
+            log::info!("restored {} to {}", s.path.display(), s.original.trim());
+        }
         let mut saved = Vec::new();
         for (name, _) in SETTINGS {
             let path = PathBuf::from(format!("/proc/sys/net/ipv4/conf/{iface}/{name}"));
