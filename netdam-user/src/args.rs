@@ -7,6 +7,8 @@ use netdam_common::{
 };
 use thiserror::Error;
 
+use crate::controller::keys::RegionArg;
+
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum ArgError {
     #[error("{0:?} is not a dtype: use i32, u32, i64, u64 or f32")]
@@ -19,7 +21,9 @@ pub enum ArgError {
     Size(String),
     #[error("{0:?} is not a number: expected decimal (4660) or hex (0x1234)")]
     Number(String),
-    #[error("{0:?} is not a region: expected KEY:BASE:SIZE:PERMS, e.g. 0x1234:0:4MiB:rwam")]
+    #[error(
+        "{0:?} is not a region: expected [KEY:]BASE:SIZE:PERMS, e.g. 0:4MiB:rwam (random key) or 0x1234:0:4MiB:rwam"
+    )]
     RegionShape(String),
     #[error("region {spec:?}: unknown permission letter {letter:?}; use r=READ w=WRITE a=ATOMIC m=MSG")]
     RegionPerm { spec: String, letter: char },
@@ -71,12 +75,19 @@ pub fn parse_size(s: &str) -> Result<u64, ArgError> {
 }
 
 /// `KEY:BASE:SIZE:PERMS`, e.g. `0x1234:0:4MiB:rwam`.
-pub fn parse_region(s: &str) -> Result<(u32, Region), ArgError> {
+/// `KEY:BASE:SIZE:PERMS`, or `BASE:SIZE:PERMS` (or KEY `random`) for a
+/// random key (`controller::keys`).
+pub fn parse_region(s: &str) -> Result<RegionArg, ArgError> {
     let parts: Vec<&str> = s.split(':').collect();
-    let [key, base, size, perms] = parts[..] else {
-        return Err(ArgError::RegionShape(s.to_string()));
+    let (key, base, size, perms) = match parts[..] {
+        [key, base, size, perms] => (Some(key), base, size, perms),
+        [base, size, perms] => (None, base, size, perms),
+        _ => return Err(ArgError::RegionShape(s.to_string())),
     };
-    let rkey = parse_rkey(key).map_err(|_| ArgError::RegionShape(s.to_string()))?;
+    let rkey = match key {
+        None | Some("random") => None,
+        Some(k) => Some(parse_rkey(k).map_err(|_| ArgError::RegionShape(s.to_string()))?),
+    };
     let base = parse_size(base).map_err(|_| ArgError::RegionShape(s.to_string()))?;
     let size = parse_size(size).map_err(|_| ArgError::RegionShape(s.to_string()))?;
     if size == 0 {
@@ -86,15 +97,15 @@ pub fn parse_region(s: &str) -> Result<(u32, Region), ArgError> {
         spec: s.to_string(),
         letter,
     })?;
-    Ok((
+    Ok(RegionArg {
         rkey,
-        Region {
+        region: Region {
             base,
             size,
             perms,
             _reserved: 0,
         },
-    ))
+    })
 }
 
 pub fn parse_dtype(s: &str) -> Result<Dtype, ArgError> {
@@ -214,13 +225,20 @@ mod tests {
 
     #[test]
     fn regions() {
-        let (k, r) = parse_region("0x1234:0:4MiB:rwam").unwrap();
-        assert_eq!(k, 0x1234);
+        let RegionArg { rkey, region: r } = parse_region("0x1234:0:4MiB:rwam").unwrap();
+        assert_eq!(rkey, Some(0x1234));
         assert_eq!((r.base, r.size, r.perms), (0, 4 << 20, perm::ALL));
         assert_eq!(perm_letters(r.perms), "rwam");
-        let (k, r) = parse_region("7:1KiB:100:r").unwrap();
-        assert_eq!((k, r.base, r.size, r.perms), (7, 1024, 100, perm::READ));
-        assert!(matches!(parse_region("1:0:4MiB"), Err(ArgError::RegionShape(_))));
+        let RegionArg { rkey, region: r } = parse_region("7:1KiB:100:r").unwrap();
+        assert_eq!((rkey, r.base, r.size, r.perms), (Some(7), 1024, 100, perm::READ));
+        // No key, or `random`: the controller draws one.
+        assert_eq!(parse_region("0:4MiB:rw").unwrap().rkey, None);
+        assert_eq!(
+            parse_region("random:0:4MiB:rw").unwrap(),
+            parse_region("0:4MiB:rw").unwrap()
+        );
+        assert!(matches!(parse_region("1:0"), Err(ArgError::RegionShape(_))));
+        assert!(matches!(parse_region("1:2:0:4MiB:r"), Err(ArgError::RegionShape(_))));
         assert!(matches!(
             parse_region("1:0:4MiB:rx"),
             Err(ArgError::RegionPerm { letter: 'x', .. })

@@ -21,7 +21,12 @@ use netdam_user::{
         table::{self, MemberRow},
         Allreduce, Collective, CollectiveConfig, Group, TxPath,
     },
-    controller::{neighbours, pins, split::SplitTable, sysctls, AttachMode, Interface, LocalNode, Node, NodeSpec},
+    controller::{
+        keys::{self, KeyOrigin, RegionArg},
+        neighbours, pins,
+        split::SplitTable,
+        sysctls, AttachMode, Interface, LocalNode, Node, NodeSpec,
+    },
     memwall::{self, MemwallConfig},
     plot,
     stats::Stats,
@@ -275,9 +280,13 @@ struct ServeArgs {
     /// Bytes of NetDAM memory (a multiple of 64KiB, at most 2GiB), e.g. 64MiB.
     #[arg(long, default_value = "64MiB", value_parser = parse_size)]
     mem_size: u64,
-    /// A region KEY:BASE:SIZE:PERMS (KEY hex or decimal; PERMS r=READ w=WRITE a=ATOMIC m=MSG), e.g. 0x1234:0:4MiB:rwam. Repeatable.
+    /// A region [KEY:]BASE:SIZE:PERMS (PERMS r=READ w=WRITE a=ATOMIC m=MSG), e.g. 0:4MiB:rwam.
+    /// Without KEY (or with KEY `random`) the key is random: printed once and kept in the pin
+    /// directory's keys file under /run/netdam/keys (0600), so a restart with the same region keeps it. A KEY (hex or
+    /// decimal, e.g. 0x1234) is used as given: 32 bits that a fast link can guess, so pick it at
+    /// random. Repeatable.
     #[arg(long = "region", value_parser = parse_region)]
-    regions: Vec<(u32, Region)>,
+    regions: Vec<RegionArg>,
     /// A peer's IPv4 address. Once any is given only peers are served, each only from the MAC the
     /// neighbour table has for it; CHAIN runs only with peers (it can forward only to them). Repeatable.
     #[arg(long = "peer")]
@@ -1014,18 +1023,19 @@ async fn serve(a: ServeArgs) -> Result<()> {
     // The node's own address needs no entry: its host may be a CHAIN's
     // origin anyway, and frames claiming it from the wire are dropped.
     let peers: Vec<Ipv4Addr> = a.peers.iter().copied().filter(|p| *p != ipv4).collect();
+    let pin_dir = a.pins.pin_dir.clone().unwrap_or_else(|| pins::default_dir(&a.iface));
+    let regions = region_keys(&pin_dir, &a.regions)?;
     let spec = NodeSpec {
         port: a.port,
         mem_size: a.mem_size,
         mac: iface.mac,
         ipv4,
         mtu: iface.mtu,
-        regions: a.regions.clone(),
+        regions,
         peers,
         verify_csum: a.verify_csum,
         window_sources: a.window_sources,
     };
-    let pin_dir = a.pins.pin_dir.clone().unwrap_or_else(|| pins::default_dir(&a.iface));
     let mut node = Node::load(&spec, Some(&pin_dir)).context("loading the NetDAM data path")?;
     if node.reused_pins {
         log::info!(
@@ -1119,6 +1129,27 @@ async fn serve(a: ServeArgs) -> Result<()> {
         pin_dir.display()
     );
     Ok(())
+}
+
+/// The regions of `args` with their keys: random ones are printed once,
+/// when drawn (`controller::keys`).
+fn region_keys(pin_dir: &std::path::Path, args: &[RegionArg]) -> Result<Vec<(u32, Region)>> {
+    let keyed = keys::assign(&keys::keys_path(pin_dir), args).context("the region keys")?;
+    for (rkey, r, origin) in &keyed {
+        let what = format!("region {:#x}+{:#x}:{}", r.base, r.size, perm_letters(r.perms));
+        match origin {
+            KeyOrigin::Generated => println!(
+                "{what}: random key {rkey:#010x} (shown once; kept in {})",
+                keys::keys_path(pin_dir).display()
+            ),
+            KeyOrigin::Kept => log::info!(
+                "{what}: keeps the random key drawn before (in {})",
+                keys::keys_path(pin_dir).display()
+            ),
+            KeyOrigin::Given => {}
+        }
+    }
+    Ok(keyed.into_iter().map(|(k, r, _)| (k, r)).collect())
 }
 
 /// How often `serve` copies the peers' MACs from the neighbour table.

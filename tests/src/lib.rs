@@ -4,6 +4,7 @@
 
 pub mod cengine;
 pub mod fibns;
+pub mod hostile;
 pub mod progrun;
 pub mod ring;
 

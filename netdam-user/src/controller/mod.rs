@@ -2,6 +2,7 @@
 //! NetDAM memory and counters outlive a restart, fills the config, region
 //! and peer tables, maps the memory, and attaches to an interface.
 
+pub mod keys;
 mod local;
 mod memory;
 pub mod neighbours;
@@ -113,8 +114,11 @@ pub enum ControllerError {
         b_base: u64,
         b_size: u64,
     },
-    #[error("--window-sources must be at least 1")]
-    WindowSources,
+    #[error(
+        "--window-sources {given}: the window table is preallocated at 16 KiB a source, so give 1 to {max} \
+         ({max_mib} MiB); a source is an (IPv4, port) that sends non-idempotent requests"
+    )]
+    WindowSources { given: u32, max: u32, max_mib: u64 },
     #[error("{count} regions given; the region table holds {max}")]
     TooManyRegions { count: usize, max: u32 },
     #[error(
@@ -192,6 +196,10 @@ pub enum AttachMode {
     Auto,
 }
 
+/// Sources the window table may hold: 1 GiB of preallocated kernel memory
+/// (a larger table fails to load, or takes the host's memory, with no clear error).
+pub const MAX_WINDOW_SOURCES: u32 = 65536;
+
 /// Everything a node is configured with.
 #[derive(Clone, Debug)]
 pub struct NodeSpec {
@@ -229,8 +237,12 @@ impl NodeSpec {
 
     fn check(&self) -> Result<(), ControllerError> {
         let m = self.mem_size;
-        if self.window_sources == 0 {
-            return Err(ControllerError::WindowSources);
+        if self.window_sources == 0 || self.window_sources > MAX_WINDOW_SOURCES {
+            return Err(ControllerError::WindowSources {
+                given: self.window_sources,
+                max: MAX_WINDOW_SOURCES,
+                max_mib: (MAX_WINDOW_SOURCES as u64 * core::mem::size_of::<Window>() as u64) >> 20,
+            });
         }
         if m == 0 || !m.is_multiple_of(MEM_CHUNK as u64) || m > MEM_MAX {
             let nearest = m.clamp(MEM_CHUNK as u64, MEM_MAX).next_multiple_of(MEM_CHUNK as u64) >> 10;
@@ -712,6 +724,23 @@ mod tests {
             spec(1 << 20, vec![(1, r(0, 1 << 20)), (2, r(100, 1))]).check(),
             Err(ControllerError::RegionsOverlap { .. })
         ));
+    }
+
+    #[test]
+    fn the_window_table_is_bounded_with_a_clear_error() {
+        let with = |n| NodeSpec {
+            window_sources: n,
+            ..spec(1 << 20, vec![])
+        };
+        assert!(with(MAX_WINDOW_SOURCES).check().is_ok());
+        for n in [0, MAX_WINDOW_SOURCES + 1, 1_000_000] {
+            let e = with(n).check().unwrap_err();
+            assert!(
+                matches!(e, ControllerError::WindowSources { given, .. } if given == n),
+                "{e}"
+            );
+            assert!(e.to_string().contains("give 1 to 65536 (1024 MiB)"), "{e}");
+        }
     }
 
     #[test]

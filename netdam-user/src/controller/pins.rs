@@ -84,6 +84,18 @@ pub fn check_compatible(dir: &Path, object: &[u8], overrides: &HashMap<&str, u32
     Ok(found)
 }
 
+/// A file of the node pinned in `pin_dir` kept under `dir` (bpffs holds
+/// maps and programs only): named after the pin directory, `/` as `%`.
+pub fn state_path(dir: &str, pin_dir: &Path) -> PathBuf {
+    let name: String = pin_dir
+        .to_string_lossy()
+        .trim_matches('/')
+        .chars()
+        .map(|c| if c == '/' { '%' } else { c })
+        .collect();
+    Path::new(dir).join(format!("{name}.json"))
+}
+
 /// Removes the node's pinned maps (and its injector) and, if then empty,
 /// the directory. Returns what was removed.
 pub fn unpin(dir: &Path) -> Result<Vec<PathBuf>, ControllerError> {
@@ -94,6 +106,11 @@ pub fn unpin(dir: &Path) -> Result<Vec<PathBuf>, ControllerError> {
             std::fs::remove_file(&p).map_err(|e| ControllerError::Io(format!("remove {}", p.display()), e))?;
             removed.push(p);
         }
+    }
+    let keys = super::keys::keys_path(dir);
+    if keys.exists() {
+        std::fs::remove_file(&keys).map_err(|e| ControllerError::Io(format!("remove {}", keys.display()), e))?;
+        removed.push(keys);
     }
     let _ = std::fs::remove_dir(dir);
     Ok(removed)

@@ -71,13 +71,7 @@ pub struct ChainSysctls {
 
 /// The record of the node pinned in `pin_dir`: one file per pin directory.
 pub fn record_path(pin_dir: &Path) -> PathBuf {
-    let name: String = pin_dir
-        .to_string_lossy()
-        .trim_matches('/')
-        .chars()
-        .map(|c| if c == '/' { '%' } else { c })
-        .collect();
-    Path::new(RECORD_DIR).join(format!("{name}.json"))
+    super::pins::state_path(RECORD_DIR, pin_dir)
 }
 
 fn io<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> SysctlError + 'a {
