@@ -33,7 +33,7 @@
 #define NETDAM_MAX_SEGMENTS 15u
 #define NETDAM_SR_MIN (NETDAM_SR_FIXED_LEN + NETDAM_SEGMENT_LEN)
 #define NETDAM_SR_MAX (NETDAM_SR_FIXED_LEN + NETDAM_SEGMENT_LEN * NETDAM_MAX_SEGMENTS)
-/* Times one node may be named in a program (docs/conformance.md 13): a ring
+/* Times one node may be named in a program (docs/conformance.md 20): a ring
  * names every member at most twice, and the bound keeps one frame from
  * making a node transmit more than twice (no ping-pong amplifier). */
 #define NETDAM_MAX_NAMED 2u

@@ -767,7 +767,7 @@ static uint32_t times_named(const uint8_t *sr, uint8_t n)
  * the next segment is a peer on port P and not this node again, and the
  * program names this node at most NETDAM_MAX_NAMED times (BAD_SR); dtype
  * and alu; length; alignment; rkey, permission and both ranges, for every
- * hop op including NOP (docs/conformance.md 13). */
+ * hop op including NOP (docs/conformance.md 20). */
 static uint8_t check_hop(const pkt_t *p, bool forwards, bool next_is_peer, uint32_t named, const uint8_t *here,
                          const region_t *r)
 {

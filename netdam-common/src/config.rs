@@ -14,7 +14,7 @@ pub const REGION_SLOTS: u32 = 256;
 pub const PEER_SLOTS: u32 = 1024;
 
 /// A peer table entry (PROTOCOL.md sections 1 and 6, docs/conformance.md
-/// 12): the MAC the peer's frames must come from and the MAC CHAIN packets
+/// 19): the MAC the peer's frames must come from and the MAC CHAIN packets
 /// to it are sent to, kept current by the controller from the neighbour
 /// table. All zero while not resolved: the peer is then neither served nor
 /// forwarded to.

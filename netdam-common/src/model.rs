@@ -445,7 +445,7 @@ impl ModelNode {
         }
     }
 
-    /// An answer to the CHAIN's origin: through the FIB, or to this host's
+    /// An answer to the CHAIN's origin: to its bound MAC, or to this host's
     /// own stack when the origin is this node.
     #[allow(clippy::too_many_arguments)]
     fn to_origin(

@@ -38,7 +38,8 @@ pub struct NodeCfg {
     pub window_sources: u32,
     pub regions: Vec<RegionCfg>,
     pub peers: Vec<Ipv4Addr>,
-    /// The node's neighbour table (its FIB): next-hop MACs of CHAIN forwards and answers.
+    /// The MACs bound to the peers (the controller copies them from the
+    /// neighbour table): where their frames must come from and CHAIN packets to them go.
     pub neighbours: Vec<NeighbourCfg>,
     /// Readiness generations by rkey (absent: 0).
     pub generations: Vec<GenerationCfg>,
@@ -516,7 +517,7 @@ fn chain_vectors(g: &mut Gen) {
         ),
         (
             "chain_no_route_forward",
-            "§6: a forward the FIB cannot resolve is dropped and counted",
+            "§6: a forward to a peer with no MAC bound is dropped and counted (docs/conformance.md 19)",
             |c| c.segs[2].0 = UNRESOLVED,
         ),
         (
@@ -591,7 +592,7 @@ fn chain_vectors(g: &mut Gen) {
     let f = g.chain_random(&c);
     g.case(
         "chain_no_route_answer",
-        "§6: an answer the FIB cannot resolve is dropped and counted",
+        "§6: an answer to a peer with no MAC bound is dropped and counted (docs/conformance.md 19)",
         &node,
         &mem,
         vec![f],

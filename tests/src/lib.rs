@@ -3,10 +3,10 @@
 //! testbed. Every test here needs root; `cargo xtask test` runs them.
 
 pub mod cengine;
-pub mod fibns;
 pub mod hostile;
 pub mod progrun;
 pub mod ring;
+pub mod runns;
 
 /// Fails the test with a clear message when not root.
 pub fn require_root() {

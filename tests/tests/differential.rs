@@ -16,13 +16,13 @@ use netdam_common::{
     wire::{flags, DEFAULT_PORT},
     NetdamHdr,
 };
-use netdam_tests::{cengine::CEngine, fibns::FibNetns, progrun::*, unique_prefix, Rng};
+use netdam_tests::{cengine::CEngine, progrun::*, runns::RunNetns, unique_prefix, Rng};
 use netdam_user::NodeSpec;
 
 const MEM: u64 = 1 << 20;
 
-/// The FIB of the fuzzed node: the client and two more hosts have neighbour
-/// entries; UNRESOLVED has a route but none.
+/// The MACs bound to the fuzzed node's peers: the client and two more
+/// hosts; UNRESOLVED (a peer in the peer-table run) has none.
 const NEIGHBOURS: [(Ipv4Addr, [u8; 6]); 3] = [
     (CLIENT.ip, CLIENT.mac),
     (Ipv4Addr::new(198, 18, 0, 3), [0x02, 0xDA, 0, 0, 0, 3]),
@@ -259,7 +259,7 @@ fn fuzz(peers: &[Ipv4Addr]) {
     let mut node = load(&s);
     node.set_generation(RKEY_RW, GENERATION).unwrap();
     node.bind_peer_macs(&NEIGHBOURS).unwrap();
-    let fib = FibNetns::new(&unique_prefix(), NODE.mac, NODE.ip, &NEIGHBOURS);
+    let ns = RunNetns::new(&unique_prefix(), NODE.mac, NODE.ip);
     let mut model = ModelNode::new(
         s.mac,
         s.ipv4,
@@ -294,7 +294,7 @@ fn fuzz(peers: &[Ipv4Addr]) {
             f
         };
         let want = model.process(&f);
-        let got = fib.run(&node, &f);
+        let got = ns.run(&node, &f);
         let fail = |what: &str| -> ! {
             let hex: String = f.iter().map(|b| format!("{b:02x}")).collect();
             panic!(

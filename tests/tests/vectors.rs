@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use netdam_common::vectors::{from_jsonl, unhex, NodeCfg};
-use netdam_tests::{fibns::FibNetns, progrun::*, unique_prefix};
+use netdam_tests::{progrun::*, runns::RunNetns, unique_prefix};
 use netdam_user::{afxdp::XskSocket, Node, NodeSpec};
 
 fn spec_of(c: &NodeCfg) -> NodeSpec {
@@ -27,10 +27,9 @@ fn every_vector_matches_the_xdp_program() {
         .expect("tests/vectors/netdam.jsonl");
     let vectors = from_jsonl(&text);
     assert!(vectors.len() > 100, "the vector set is unexpectedly small");
-    // One node per configuration, in a namespace whose FIB holds the
-    // configuration's neighbours; vectors use distinct client ports, so
-    // their windows never meet.
-    let mut nodes: HashMap<String, (Node, FibNetns, Option<XskSocket>)> = HashMap::new();
+    // One node per configuration, its peers bound to the configuration's
+    // MACs; vectors use distinct client ports, so their windows never meet.
+    let mut nodes: HashMap<String, (Node, RunNetns, Option<XskSocket>)> = HashMap::new();
     for v in &vectors {
         let key = serde_json::to_string(&v.node).unwrap();
         let (node, ns, _) = nodes.entry(key).or_insert_with(|| {
@@ -39,7 +38,7 @@ fn every_vector_matches_the_xdp_program() {
             for g in &v.node.generations {
                 node.set_generation(g.rkey, g.generation).unwrap();
             }
-            let ns = FibNetns::new(&unique_prefix(), v.node.mac_bytes(), v.node.ip, &v.node.neighbours());
+            let ns = RunNetns::new(&unique_prefix(), v.node.mac_bytes(), v.node.ip);
             // A receiver: a real AF_XDP socket on queue 0 of nd0, the queue test runs arrive on.
             let xsk = v.node.receiver.then(|| {
                 let s = ns

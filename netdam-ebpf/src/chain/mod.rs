@@ -9,7 +9,7 @@ use netdam_common::{
         check_chain_preamble, check_hop, check_ready, check_sr_shape, hop_needs_window, CheckedHop, HopOp, Me, Segment,
         SrFixed, SrShape, MAX_SEGMENTS, SEGMENT_LEN, SR_FIXED_LEN,
     },
-    config::cfg_flags,
+    config::{cfg_flags, PeerEntry},
     counters::{op_status, Event},
     window::SourceKey,
     wire::{is_unanswerable_source, CARRIER_LEN, HDR_LEN},
@@ -56,7 +56,7 @@ pub fn run(ctx: &XdpContext, frame_len: u32) -> Result<u32, Verdict> {
     let payload_len = done.payload_len;
     count(op_status(Opcode::Chain as u8, status));
     let sent = match done.forwards {
-        true => forward(ctx, cfg, req, st.at.shape.idx + 1, &done.next),
+        true => forward(ctx, cfg, req, st.at.shape.idx + 1, done),
         false => {
             let answer = Answer {
                 status: status as u8,
@@ -126,6 +126,7 @@ fn try_prepare(
         payload_len: 0,
         forwards: false,
         next: Segment::default(),
+        next_peer: PeerEntry::default(),
         dropped: None,
     };
     Ok(None)
@@ -173,14 +174,6 @@ fn segment_off(sr_off: u32, i: u8) -> u32 {
     sr_off + SR_FIXED_LEN as u32 + SEGMENT_LEN as u32 * (i as u32 & 15)
 }
 
-/// The segment after the one at `at`, if the packet goes on.
-#[inline(always)]
-fn next_segment(ctx: &XdpContext, at: &At) -> Option<Segment> {
-    let mut next = Segment::default();
-    load(ctx, segment_off(at.sr_off, at.shape.idx + 1), &mut next).ok()?;
-    Some(next)
-}
-
 /// Where the packet is in its SR program.
 struct At {
     sr: SrFixed,
@@ -198,6 +191,8 @@ struct Done {
     /// Whether the packet goes on to `next`; else the origin is answered.
     forwards: bool,
     next: Segment,
+    /// The next segment's peer entry (unresolved if none).
+    next_peer: PeerEntry,
     /// Neither executed nor answered: dropped for this reason.
     dropped: Option<Event>,
 }
@@ -208,11 +203,10 @@ struct Done {
 /// bytes of stack along any chain).
 #[inline(never)]
 fn hop(ctx: &XdpContext, cfg: &NodeConfig, req: &Request, at: &At, done: &mut Done) {
-    match try_hop(ctx, cfg, req, &at.sr, at.shape, at.sr_off) {
+    match try_hop(ctx, cfg, req, &at.sr, at.shape, at.sr_off, done) {
         Ok(payload_len) => {
             done.payload_len = payload_len;
             done.forwards = at.shape.forwards();
-            done.next = next_segment(ctx, at).unwrap_or_default();
         }
         Err(Failure::Status(s)) => done.status = s as u8,
         Err(Failure::Verdict(Verdict::Drop(e) | Verdict::PassCounted(e))) => done.dropped = Some(e),
@@ -221,7 +215,8 @@ fn hop(ctx: &XdpContext, cfg: &NodeConfig, req: &Request, at: &At, done: &mut Do
 }
 
 /// The hop's checks in section 5 order, then its op. On success: the
-/// payload bytes of what is sent, and the next segment when the packet goes on.
+/// payload bytes of what is sent. The next segment and its peer entry go
+/// into `done` as they are read (one lookup, used again by `forward`).
 #[inline(always)]
 fn try_hop(
     ctx: &XdpContext,
@@ -230,6 +225,7 @@ fn try_hop(
     sr: &SrFixed,
     shape: SrShape,
     sr_off: u32,
+    done: &mut Done,
 ) -> Result<u32, Failure> {
     let h = &req.hdr;
     let mut here = Segment::default();
@@ -238,7 +234,14 @@ fn try_hop(
     if shape.forwards() {
         load(ctx, segment_off(sr_off, shape.idx + 1), &mut next)?;
     }
-    let next_is_peer = !shape.forwards() || is_peer(next.ip().to_be());
+    // SAFETY: a lookup in a hash map of plain values.
+    let next_peer = match shape.forwards() {
+        true => unsafe { PEERS.get(&next.ip().to_be()) }.copied(),
+        false => None,
+    };
+    let next_is_peer = !shape.forwards() || next_peer.is_some();
+    done.next = next;
+    done.next_peer = next_peer.unwrap_or_default();
     let me = Me {
         ip: u32::from_be(cfg.ipv4_be),
         port: cfg.port,
@@ -318,15 +321,16 @@ fn execute(ctx: &XdpContext, req: &Request, hop: &CheckedHop, dst_addr: u64) -> 
     Ok(())
 }
 
-/// Sends the packet on to `next` with SR idx `idx`, from this node to the
+/// Sends the packet on to `done.next` with SR idx `idx`, from this node to the
 /// segment's node. Not inlined (as `answer_origin`): its buffers get their
 /// own stack frame, off the call chain of the vector callbacks.
 #[inline(never)]
-fn forward(ctx: &XdpContext, cfg: &NodeConfig, req: &Request, idx: u8, next: &Segment) -> u32 {
-    let len = req.hdr.len() as u32;
-    let Some(dmac) = peer_mac(next.ip().to_be()) else {
+fn forward(ctx: &XdpContext, cfg: &NodeConfig, req: &Request, idx: u8, done: &Done) -> u32 {
+    let (next, len) = (&done.next, req.hdr.len() as u32);
+    if !done.next_peer.is_resolved() {
         return UNRESOLVED;
-    };
+    }
+    let dmac = done.next_peer.mac;
     let to = Addressing {
         eth_dst: dmac,
         eth_src: cfg.mac,

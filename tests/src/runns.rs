@@ -1,7 +1,7 @@
-//! A network namespace for BPF_PROG_TEST_RUN: the node's interface with its
-//! address and permanent neighbour entries, as on a real node (test runs
-//! arrive on it, an AF_XDP socket binds to its queue 0). CHAIN next hops
-//! come from the peer table's MACs (`Node::bind_peer_macs`), not from here.
+//! A network namespace for BPF_PROG_TEST_RUN: the node's interface `nd0`
+//! with its MAC and address, as on a real node (test runs arrive on it, an
+//! AF_XDP socket binds to its queue 0). CHAIN next hops come from the peer
+//! table's MACs (`Node::bind_peer_macs`), not from the kernel.
 
 use std::{fs::File, net::Ipv4Addr, process::Command};
 
@@ -11,7 +11,7 @@ use netdam_user::Node;
 use crate::progrun::Outcome;
 
 /// Removed on drop (also on panic).
-pub struct FibNetns {
+pub struct RunNetns {
     name: String,
     file: File,
     /// The node's interface inside the namespace.
@@ -41,15 +41,15 @@ fn inside<T>(file: &File, f: impl FnOnce() -> T) -> T {
     r
 }
 
-impl FibNetns {
-    /// Interface `nd0` with `mac` and `ip`/24, and a permanent neighbour entry per `(ip, mac)`.
-    pub fn new(prefix: &str, mac: [u8; 6], addr: Ipv4Addr, neighbours: &[(Ipv4Addr, [u8; 6])]) -> FibNetns {
+impl RunNetns {
+    /// Interface `nd0` with `mac` and `ip`/24.
+    pub fn new(prefix: &str, mac: [u8; 6], addr: Ipv4Addr) -> RunNetns {
         crate::require_root();
-        let name = format!("{prefix}fib");
+        let name = format!("{prefix}run");
         let _ = Command::new("ip").args(["netns", "del", &name]).output();
         ip(&["netns", "add", &name]);
         let file = File::open(format!("/run/netns/{name}")).expect("the new netns");
-        let mut ns = FibNetns { name, file, ifindex: 0 };
+        let mut ns = RunNetns { name, file, ifindex: 0 };
         let n = ns.name.clone();
         ip(&[
             "-n",
@@ -68,26 +68,6 @@ impl FibNetns {
         ip(&["-n", &n, "link", "set", "nd0", "up"]);
         ip(&["-n", &n, "link", "set", "nd1", "up"]);
         ip(&["-n", &n, "addr", "add", &format!("{addr}/24"), "dev", "nd0"]);
-        for (nip, nmac) in neighbours {
-            ip(&[
-                "-n",
-                &n,
-                "neigh",
-                "replace",
-                &nip.to_string(),
-                "lladdr",
-                &mac_text(nmac),
-                "dev",
-                "nd0",
-                "nud",
-                "permanent",
-            ]);
-        }
-        // bpf_fib_lookup answers only for interfaces that forward.
-        inside(&ns.file, || {
-            std::fs::write("/proc/sys/net/ipv4/conf/nd0/forwarding", "1")
-        })
-        .expect("turn on IPv4 forwarding on nd0");
         // SAFETY: a NUL-terminated name.
         ns.ifindex = inside(&ns.file, || unsafe { libc::if_nametoindex(c"nd0".as_ptr()) });
         assert!(ns.ifindex != 0, "nd0 has no ifindex");
@@ -122,7 +102,7 @@ impl FibNetns {
     }
 }
 
-impl Drop for FibNetns {
+impl Drop for RunNetns {
     fn drop(&mut self) {
         let _ = Command::new("ip").args(["netns", "del", &self.name]).output();
     }
