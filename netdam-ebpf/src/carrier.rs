@@ -18,14 +18,18 @@ use crate::{
 
 /// What the parser found for the data path to act on.
 pub enum Carried {
-    Request(Request),
-    /// A datagram to a port the controller split (section 9).
+    /// A NetDAM request, parsed into the caller's `Request`.
+    Request,
+    /// A datagram to a port the controller split (section 9); its Ethernet
+    /// and IPv4 headers are in the caller's `Request`.
     Split(SplitDatagram),
 }
 
 /// A whole UDP datagram to this node on a split port.
 pub struct SplitDatagram {
-    pub ip: Ipv4Hdr,
+    /// The IPv4 total length and header checksum, to update.
+    pub ip_tot_len: u16,
+    pub ip_check: u16,
     /// Offset of the UDP header in the frame.
     pub l4: u32,
     pub udp_len: u32,
@@ -34,6 +38,8 @@ pub struct SplitDatagram {
 }
 
 /// A NetDAM request addressed to this node, with its headers copied out.
+/// Kept in per-CPU map values (`REQUEST`, `CHAIN_STATE`), not on the stack:
+/// the frames along a call chain may hold at most 512 bytes together.
 pub struct Request {
     pub eth: EthHdr,
     pub ip: Ipv4Hdr,
@@ -65,26 +71,25 @@ pub fn load<T>(ctx: &XdpContext, off: u32, out: &mut T) -> Result<(), Verdict> {
     }
 }
 
-/// Stack copy of a header at `off`; `Pass` if the frame is too short (not ours to judge).
-/// Only for the plain-integer header structs of network-types.
+/// Copies a header at `off` into `out`; `Pass` if the frame is too short
+/// (not ours to judge).
 #[inline(always)]
-fn load_or_pass<T: Copy>(ctx: &XdpContext, off: u32) -> Result<T, Verdict> {
-    // SAFETY: the header structs are plain bytes and integers: all-zero is valid.
-    let mut v: T = unsafe { core::mem::zeroed() };
-    load(ctx, off, &mut v).map_err(|_| Verdict::Pass)?;
-    Ok(v)
+fn load_or_pass<T>(ctx: &XdpContext, off: u32, out: &mut T) -> Result<(), Verdict> {
+    load(ctx, off, out).map_err(|_| Verdict::Pass)
 }
 
-/// Parses the carrier and the NetDAM header. `Err(Pass)` for every frame that
-/// is neither a NetDAM request to this node nor a datagram to split;
-/// `Err(Drop(..))` for the ones section 1 and 5 say to drop and count.
+/// Parses the carrier and the NetDAM header into `req`. `Err(Pass)` for
+/// every frame that is neither a NetDAM request to this node nor a datagram
+/// to split; `Err(Drop(..))` for the ones section 1 and 5 say to drop and count.
 #[inline(always)]
-pub fn try_parse(ctx: &XdpContext, cfg: &NodeConfig, frame_len: u32) -> Result<Carried, Verdict> {
-    let eth: EthHdr = load_or_pass(ctx, 0)?;
+pub fn try_parse(ctx: &XdpContext, cfg: &NodeConfig, frame_len: u32, req: &mut Request) -> Result<Carried, Verdict> {
+    load_or_pass(ctx, 0, &mut req.eth)?;
+    let eth = &req.eth;
     if eth.ether_type != ETH_P_IPV4.to_be() || eth.dst_addr != cfg.mac {
         return Err(Verdict::Pass);
     }
-    let ip: Ipv4Hdr = load_or_pass(ctx, EthHdr::LEN as u32)?;
+    load_or_pass(ctx, EthHdr::LEN as u32, &mut req.ip)?;
+    let ip = &req.ip;
     let ihl = (ip.vihl & 0x0F) as u32;
     if ip.vihl >> 4 != 4 || ihl < 5 || ip.proto != IPPROTO_UDP {
         return Err(Verdict::Pass);
@@ -98,7 +103,8 @@ pub fn try_parse(ctx: &XdpContext, cfg: &NodeConfig, frame_len: u32) -> Result<C
         return Err(Verdict::Pass);
     }
     let l4 = EthHdr::LEN as u32 + ihl * 4;
-    let udp: UdpHdr = load_or_pass(ctx, l4)?;
+    load_or_pass(ctx, l4, &mut req.udp)?;
+    let udp = &req.udp;
     let udp_len = u16::from_be_bytes(udp.len) as u32;
     let ip_len = u16::from_be_bytes(ip.tot_len) as u32;
     let whole = udp_len >= UdpHdr::LEN as u32 && l4 + udp_len <= frame_len && udp_len + ihl * 4 <= ip_len;
@@ -113,7 +119,8 @@ pub fn try_parse(ctx: &XdpContext, cfg: &NodeConfig, frame_len: u32) -> Result<C
         return match unsafe { SPLIT_PORTS_MAP.get(&(dst_port as u32)) } {
             // Only whole, unfragmented datagrams are split; others pass untouched.
             Some(keep) if whole && frag & 0x2000 == 0 => Ok(Carried::Split(SplitDatagram {
-                ip,
+                ip_tot_len: ip_len as u16,
+                ip_check: u16::from_be_bytes(ip.check),
                 l4,
                 udp_len,
                 keep: *keep,
@@ -139,18 +146,18 @@ pub fn try_parse(ctx: &XdpContext, cfg: &NodeConfig, frame_len: u32) -> Result<C
     let peer = if peers_only { unsafe { PEERS.get(&src) } } else { None };
     // A peer's address counts only from the peer's own MAC, for answers too
     // (a spoofed answer must not reach the host's collective).
-    if peer.is_some_and(|p| !p.sent(&eth.src_addr)) {
+    if peer.is_some_and(|p| !p.sent(&req.eth.src_addr)) {
         return Err(Verdict::Drop(Event::DropPeerMac));
     }
     if cfg.flags & cfg_flags::VERIFY_CSUM != 0 && udp.check != [0, 0] {
-        crate::checksum::verify_udp(ctx, &ip, l4, udp_len)?;
+        crate::checksum::verify_udp(ctx, &req.ip, l4, udp_len)?;
     }
     let nd_len = udp_len - UdpHdr::LEN as u32;
     if nd_len < HDR_LEN as u32 {
         return Err(Verdict::Drop(Event::DropTruncated));
     }
-    let mut hdr = NetdamHdr::default();
-    load(ctx, l4 + UdpHdr::LEN as u32, &mut hdr)?;
+    load(ctx, l4 + UdpHdr::LEN as u32, &mut req.hdr)?;
+    let hdr = &req.hdr;
     if hdr.magic != netdam_common::wire::MAGIC {
         return Err(Verdict::Drop(Event::DropBadMagic));
     }
@@ -165,15 +172,10 @@ pub fn try_parse(ctx: &XdpContext, cfg: &NodeConfig, frame_len: u32) -> Result<C
         return Err(Verdict::Drop(Event::DropTruncated));
     }
     let payload_avail = nd_len - headers;
-    if len_past_datagram(&hdr, payload_avail) {
+    if len_past_datagram(hdr, payload_avail) {
         return Err(Verdict::Drop(Event::DropLenPastDatagram));
     }
-    Ok(Carried::Request(Request {
-        eth,
-        ip,
-        udp,
-        hdr,
-        payload_off: l4 + UdpHdr::LEN as u32 + headers,
-        payload_avail,
-    }))
+    req.payload_off = l4 + UdpHdr::LEN as u32 + headers;
+    req.payload_avail = payload_avail;
+    Ok(Carried::Request)
 }

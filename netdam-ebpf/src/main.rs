@@ -125,16 +125,18 @@ fn try_netdam(ctx: &XdpContext) -> Result<u32, Verdict> {
         // Not configured yet by the controller.
         return Err(Verdict::Pass);
     }
-    let req = match carrier::try_parse(ctx, cfg, frame_len(ctx))? {
-        carrier::Carried::Request(req) => req,
-        carrier::Carried::Split(d) => return split::run(ctx, &d),
-    };
+    let req = maps::REQUEST.get_ptr_mut(0).ok_or(Verdict::Pass)?;
+    // SAFETY: this CPU's slot; XDP does not preempt itself on one CPU.
+    let req = unsafe { &mut *req };
+    if let carrier::Carried::Split(d) = carrier::try_parse(ctx, cfg, frame_len(ctx), req)? {
+        return split::run(ctx, &d);
+    }
     if req.hdr.opcode == Opcode::Chain as u8 && check_chain_preamble(&req.hdr).is_ok() {
         // SAFETY: slot 0 holds netdam_chain; the call does not return unless
         // the slot is empty, and then the request is BAD_OPCODE below.
         unsafe { maps::JUMP.tail_call(ctx, 0) };
     }
-    ops::run(ctx, cfg, &req)
+    ops::run(ctx, cfg, req)
 }
 
 #[cfg(not(test))]

@@ -50,6 +50,10 @@ pub static GENERATIONS: HashMap<u32, u32> = HashMap::with_max_entries(REGION_SLO
 #[map(name = "NETDAM_JUMP")]
 pub static JUMP: ProgramArray = ProgramArray::with_max_entries(1, 0);
 
+/// The request each CPU's `netdam` is handling (`carrier::Request`).
+#[map(name = "NETDAM_REQUEST")]
+pub static REQUEST: PerCpuArray<crate::carrier::Request> = PerCpuArray::with_max_entries(1, 0);
+
 /// The CHAIN packet each CPU is handling (`chain::ChainState`).
 #[map(name = "NETDAM_CHAIN_STATE")]
 pub static CHAIN_STATE: PerCpuArray<crate::chain::ChainState> = PerCpuArray::with_max_entries(1, 0);

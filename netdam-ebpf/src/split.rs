@@ -12,6 +12,7 @@ use netdam_common::{
     split::{split_sizes, Descriptor, DESCRIPTOR_LEN, UMEM_FRAME_MAX},
     wire::checksum_update16,
 };
+use network_types::eth::EthHdr;
 
 use crate::{
     atomic::fetch_add64,
@@ -115,10 +116,9 @@ fn rewrite(ctx: &XdpContext, d: &SplitDatagram, payload_len: u32, kept: u32, add
     }
     .to_bytes();
     let udp_len = (8 + kept + DESCRIPTOR_LEN as u32) as u16;
-    let ihl = (d.ip.vihl & 0x0F) as u16 * 4;
-    let old_ip_len = u16::from_be_bytes(d.ip.tot_len);
+    let ihl = (d.l4 - EthHdr::LEN as u32) as u16;
     let ip_len = ihl + udp_len;
-    let check = checksum_update16(u16::from_be_bytes(d.ip.check), old_ip_len, ip_len);
+    let check = checksum_update16(d.ip_check, d.ip_tot_len, ip_len);
     let mut ip_fields = [ip_len.to_be_bytes(), check.to_be_bytes()];
     let mut udp_fields = [udp_len.to_be_bytes(), [0, 0]];
     let ip_off = 14u32;

@@ -88,11 +88,10 @@ fn try_prepare(
     frame_len: u32,
     st: &mut ChainState,
 ) -> Result<Option<u32>, Verdict> {
-    st.req = match carrier::try_parse(ctx, cfg, frame_len)? {
-        carrier::Carried::Request(req) => req,
+    if let carrier::Carried::Split(_) = carrier::try_parse(ctx, cfg, frame_len, &mut st.req)? {
         // `netdam` tail-calls only for NetDAM requests.
-        carrier::Carried::Split(_) => return Err(Verdict::Pass),
-    };
+        return Err(Verdict::Pass);
+    }
     let req = &st.req;
     let sr_off = req.payload_off - req.hdr.sr_len as u32;
     let mut sr = SrFixed::default();
