@@ -31,7 +31,7 @@ typedef struct {
     uint16_t port;      /* port P */
     uint32_t mtu;       /* IP MTU: no answer is larger */
     uint64_t mem_size;  /* bytes of NetDAM memory */
-    bool verify_csum;   /* verify non-zero UDP checksums */
+    bool verify_csum;   /* verify the IPv4 header checksum and the UDP checksum (zero is dropped) */
     bool receiver;      /* the host has a receiver for MSG and WRITE_NOTIFY */
     uint32_t window_sources; /* at-most-once windows held, at most NETDAM_WINDOW_SOURCES */
 } netdam_config_t;
@@ -63,11 +63,14 @@ enum netdam_event {
     NETDAM_EV_DROP_PEER_MAC,         /* a peer's address from another MAC, or from a peer with none bound */
     NETDAM_EV_DROP_OWN_ADDRESS,      /* a datagram whose IPv4 source is the node's own address */
     NETDAM_EV_DROP_CHAIN_NO_PEERS,   /* a CHAIN while the peer table is empty */
-    NETDAM_EV_DROP_MEM_COPY_FAILED   /* XDP only (a helper refused a copy): never counted here */
+    NETDAM_EV_DROP_MEM_COPY_FAILED,  /* XDP only (a helper refused a copy): never counted here */
+    NETDAM_EV_BAD_KEY_LIMITED,       /* XDP only (--bad-key-limit): never counted here; the engine answers every BAD_KEY */
+    NETDAM_EV_DROP_BAD_KEY_LOCKOUT   /* XDP only (--bad-key-limit): never counted here */
 };
-_Static_assert(NETDAM_EV_DROP_PEER_UNRESOLVED == 205u && NETDAM_EV_DROP_MEM_COPY_FAILED == 214u,
+_Static_assert(NETDAM_EV_DROP_PEER_UNRESOLVED == 205u && NETDAM_EV_DROP_MEM_COPY_FAILED == 214u &&
+                   NETDAM_EV_BAD_KEY_LIMITED == 215u && NETDAM_EV_DROP_BAD_KEY_LOCKOUT == 216u,
                "event indices as in netdam-common/src/counters.rs");
-_Static_assert(NETDAM_EV_DROP_MEM_COPY_FAILED < NETDAM_COUNTER_SLOTS, "every event has a counter");
+_Static_assert(NETDAM_EV_DROP_BAD_KEY_LOCKOUT < NETDAM_COUNTER_SLOTS, "every event has a counter");
 
 /* Host side: empties every table and sets the configuration. */
 void netdam_reset(const netdam_config_t *cfg);

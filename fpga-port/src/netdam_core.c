@@ -1061,8 +1061,14 @@ enum netdam_verdict netdam_top(const uint8_t in[NETDAM_FRAME_MAX], uint32_t in_l
         count(NETDAM_EV_DROP_PEER_MAC);
         return NETDAM_VERDICT_DROP;
     }
-    if (cfg.verify_csum && netdam_be16(udp + NETDAM_UDP_CHECK) != 0u &&
-        udp_checksum(ipv4, udp, udp_len) != netdam_be16(udp + NETDAM_UDP_CHECK)) {
+    /* With verify_csum: the IPv4 header checksum (IHL * 4 bytes, options
+     * included) and a UDP checksum, which must be right and, except from a
+     * peer (nodes send zero, section 1), there (not zero). */
+    if (cfg.verify_csum &&
+        (ipv4_checksum(ipv4, ihl * 4u) != 0u ||
+         (netdam_be16(udp + NETDAM_UDP_CHECK) == 0u ? !in_peer_table(src)
+                                                     : udp_checksum(ipv4, udp, udp_len) !=
+                                                           netdam_be16(udp + NETDAM_UDP_CHECK)))) {
         count(NETDAM_EV_DROP_BAD_CHECKSUM);
         return NETDAM_VERDICT_DROP;
     }

@@ -75,6 +75,14 @@ pub enum Event {
     /// A WRITE, REDUCE_WRITE or WRITE_NOTIFY whose copy between the frame
     /// and NetDAM memory failed (a helper refused it): dropped, not answered.
     DropMemCopyFailed,
+    /// A request that would be answered BAD_KEY from a source past its
+    /// `--bad-key-limit` answers per second: dropped, not answered (key
+    /// guessing; docs/conformance.md 21).
+    BadKeyLimited,
+    /// A request from a source whose BAD_KEY bucket is dry: dropped before
+    /// validation, whatever its key (a right guess must not be answered
+    /// either, or silence still says "wrong"; docs/conformance.md 21).
+    DropBadKeyLockout,
 }
 
 impl Event {
@@ -102,9 +110,11 @@ impl Event {
         Event::DropOwnAddress,
         Event::DropChainNoPeers,
         Event::DropMemCopyFailed,
+        Event::BadKeyLimited,
+        Event::DropBadKeyLockout,
     ];
     /// The event with the highest counter index.
-    const LAST: Event = Event::DropMemCopyFailed;
+    const LAST: Event = Event::DropBadKeyLockout;
 
     /// The event with counter index `v`.
     #[inline(always)]
@@ -143,6 +153,8 @@ impl Event {
             Event::DropOwnAddress => "drop_own_address",
             Event::DropChainNoPeers => "drop_chain_no_peers",
             Event::DropMemCopyFailed => "drop_mem_copy_failed",
+            Event::BadKeyLimited => "bad_key_limited",
+            Event::DropBadKeyLockout => "drop_bad_key_lockout",
         }
     }
 }

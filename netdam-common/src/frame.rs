@@ -129,7 +129,7 @@ pub fn parse_udp(f: &[u8]) -> Option<UdpView<'_>> {
     if (udp_len as usize) < 8 || f.len() < l4 + udp_len as usize {
         return None;
     }
-    let ip_checksum_ok = checksum_fold(sum_be_words(&f[14..l4], 0)) == 0;
+    let ip_checksum_ok = ipv4_header_checksum_ok(&f[14..l4]);
     let mac = |o: usize| -> [u8; 6] { f[o..o + 6].try_into().unwrap() };
     let ip = |o: usize| Ipv4Addr::new(f[o], f[o + 1], f[o + 2], f[o + 3]);
     let be16 = |o: usize| u16::from_be_bytes([f[o], f[o + 1]]);
@@ -151,6 +151,12 @@ pub fn parse_udp(f: &[u8]) -> Option<UdpView<'_>> {
         udp_checksum: be16(l4 + 6),
         payload: &f[l4 + 8..l4 + udp_len as usize],
     })
+}
+
+/// Whether the IPv4 header `h` (IHL * 4 bytes, options included) holds its
+/// right checksum: summed with it in place, it folds to 0.
+pub fn ipv4_header_checksum_ok(h: &[u8]) -> bool {
+    checksum_fold(sum_be_words(h, 0)) == 0
 }
 
 /// The UDP checksum of `udp` (header with checksum field zero, then payload).
@@ -232,5 +238,11 @@ mod tests {
         assert_eq!(v.ihl, 6);
         assert!(v.ip_checksum_ok);
         assert_eq!(v.payload, b"hi");
+        // The checksum covers the options: one changed option byte breaks it.
+        let mut g = f.clone();
+        g[35] ^= 0x80;
+        assert!(!parse_udp(&g).unwrap().ip_checksum_ok);
+        assert!(!ipv4_header_checksum_ok(&g[14..38]));
+        assert!(ipv4_header_checksum_ok(&f[14..38]));
     }
 }

@@ -177,12 +177,20 @@ impl ModelNode {
         {
             return drop(Event::DropPeerMac);
         }
-        if self.verify_csum && be16(f, l4 + 6) != 0 {
+        // With --verify-csum: the IPv4 header checksum (options included)
+        // and a UDP checksum, which must be right and, except from a peer
+        // (nodes send zero, section 1; the peer's MAC is checked above),
+        // there (not zero, "none" in IPv4).
+        if self.verify_csum {
             let mut seg = f[l4..l4 + udp_len].to_vec();
             let stored = be16(&seg, 6);
             seg[6] = 0;
             seg[7] = 0;
-            if crate::frame::udp_checksum(src, ip_at(f, 30), &seg) != stored {
+            let udp_ok = match stored {
+                0 => self.peers.contains(&src),
+                _ => crate::frame::udp_checksum(src, ip_at(f, 30), &seg) == stored,
+            };
+            if !crate::frame::ipv4_header_checksum_ok(&f[14..l4]) || !udp_ok {
                 return drop(Event::DropBadChecksum);
             }
         }

@@ -512,7 +512,7 @@ fn chain_vectors(g: &mut Gen) {
         }),
         (
             "chain_next_is_self",
-            "§6: a next segment naming this node again is BAD_SR (docs/conformance.md 9)",
+            "§6: a next segment naming this node again is BAD_SR (docs/conformance.md 13)",
             |c| c.segs[2].0 = NODE_IP,
         ),
         (
@@ -1226,7 +1226,7 @@ pub fn generate() -> Vec<Vector> {
     let second = netdam_frame(&other, &g.node(), &h, &word(1));
     g.case(
         "window_table_full",
-        "§7: a new source finding the window table full is STALE, not executed (docs/conformance.md 19)",
+        "§7: a new source finding the window table full is STALE, not executed (docs/conformance.md 12)",
         &full,
         &[],
         vec![first, second],
@@ -1505,6 +1505,61 @@ pub fn generate() -> Vec<Vector> {
         &csum,
         &[],
         vec![bad, good],
+        &[],
+    );
+    // The IPv4 header checksum covers the options; the IP ID is outside
+    // the UDP checksum, so only the header checksum is wrong.
+    let mut bad_ip = g.frame(&nop, &[]);
+    bad_ip[18] ^= 0x01;
+    let opts = Ipv4Opts {
+        options: vec![1, 1, 1, 0],
+        ..Default::default()
+    };
+    let with_options = udp_frame(&g.client(), &node, &opts, &nop.to_bytes());
+    let mut bad_option = with_options.clone();
+    bad_option[35] ^= 0x80;
+    g.case(
+        "verify_csum_ipv4_header",
+        "§1: with --verify-csum a wrong IPv4 header checksum, over the options too, is dropped (docs/conformance.md 5)",
+        &csum,
+        &[],
+        vec![bad_ip, bad_option, with_options],
+        &[],
+    );
+    let mut zero = g.frame(&nop, &[]);
+    zero[40] = 0;
+    zero[41] = 0;
+    g.case(
+        "verify_csum_zero_udp_checksum",
+        "§1: with --verify-csum a UDP checksum of zero (none) is dropped too (docs/conformance.md 5)",
+        &csum,
+        &[],
+        vec![zero.clone()],
+        &[],
+    );
+    let csum_peers = NodeCfg {
+        peers: vec![CLIENT_IP],
+        ..csum.clone()
+    };
+    g.case(
+        "verify_csum_zero_udp_checksum_from_a_peer",
+        "§1: with --verify-csum a peer (from its MAC) may send UDP checksum 0, as nodes do (docs/conformance.md 5)",
+        &csum_peers,
+        &[],
+        vec![zero],
+        &[],
+    );
+    let mut zero = g.frame(&nop, &[]);
+    zero[40] = 0;
+    zero[41] = 0;
+    let mut bad_ip = g.frame(&nop, &[]);
+    bad_ip[18] ^= 0x01;
+    g.case(
+        "checksums_not_verified_by_default",
+        "§1: without --verify-csum a zero UDP checksum and a wrong IPv4 header checksum are served (docs/conformance.md 5)",
+        &default_node(),
+        &[],
+        vec![zero, bad_ip],
         &[],
     );
     chain_vectors(&mut g);

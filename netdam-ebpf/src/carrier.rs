@@ -149,8 +149,13 @@ pub fn try_parse(ctx: &XdpContext, cfg: &NodeConfig, frame_len: u32, req: &mut R
     if peer.is_some_and(|p| !p.sent(&req.eth.src_addr)) {
         return Err(Verdict::Drop(Event::DropPeerMac));
     }
-    if cfg.flags & cfg_flags::VERIFY_CSUM != 0 && udp.check != [0, 0] {
-        crate::checksum::verify_udp(ctx, &req.ip, l4, udp_len)?;
+    // With --verify-csum a zero UDP checksum ("none") is taken only from a
+    // peer, whose MAC is checked above: nodes send 0 (section 1,
+    // docs/conformance.md 5).
+    if cfg.flags & cfg_flags::VERIFY_CSUM != 0
+        && ((udp.check == [0, 0] && peer.is_none()) || !crate::checksum::verified(ctx, &req.ip, l4, udp_len, udp.check))
+    {
+        return Err(Verdict::Drop(Event::DropBadChecksum));
     }
     let nd_len = udp_len - UdpHdr::LEN as u32;
     if nd_len < HDR_LEN as u32 {

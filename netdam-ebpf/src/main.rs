@@ -6,6 +6,7 @@
 #![feature(asm_experimental_arch)]
 
 mod atomic;
+mod badkey;
 mod carrier;
 mod chain;
 mod chaos;
@@ -130,6 +131,10 @@ fn try_netdam(ctx: &XdpContext) -> Result<u32, Verdict> {
     let req = unsafe { &mut *req };
     if let carrier::Carried::Split(d) = carrier::try_parse(ctx, cfg, frame_len(ctx), req)? {
         return split::run(ctx, &d);
+    }
+    // A key guesser's source gets nothing, right keys included (CHAIN too).
+    if badkey::locked_out(cfg, u32::from_ne_bytes(req.ip.src_addr)) {
+        return Err(Verdict::Drop(Event::DropBadKeyLockout));
     }
     if req.hdr.opcode == Opcode::Chain as u8 && check_chain_preamble(&req.hdr).is_ok() {
         // SAFETY: slot 0 holds netdam_chain; the call does not return unless

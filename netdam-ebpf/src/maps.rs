@@ -4,10 +4,10 @@
 use aya_ebpf::{
     bindings::BPF_F_MMAPABLE,
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, ProgramArray, XskMap},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, XskMap},
 };
 use netdam_common::{
-    config::{PeerEntry, MAX_PAYLOAD, MEM_CHUNK, PEER_SLOTS, REGION_SLOTS},
+    config::{BadKeyBucket, PeerEntry, BAD_KEY_SOURCES, MAX_PAYLOAD, MEM_CHUNK, PEER_SLOTS, REGION_SLOTS},
     counters::{Event, COUNTER_SLOTS},
     split::{SplitRing, SPLIT_PORTS},
     window::{SourceKey, Window},
@@ -66,6 +66,17 @@ pub static WINDOWS: HashMap<SourceKey, Window> = HashMap::with_max_entries(1024,
 /// A window of zeros to insert new sources from (never written).
 #[map(name = "NETDAM_ZERO_WINDOW")]
 pub static ZERO_WINDOW: Array<Window> = Array::with_max_entries(1, 0);
+
+/// The BAD_KEY token bucket of each source IPv4 address (network order),
+/// least recently used evicted (`--bad-key-limit`, docs/conformance.md 21).
+/// Not pinned: the limit starts afresh with each load.
+#[map(name = "NETDAM_BAD_KEY")]
+pub static BAD_KEY: LruHashMap<u32, BadKeyBucket> = LruHashMap::with_max_entries(BAD_KEY_SOURCES, 0);
+
+/// When a BAD_KEY bucket last ran dry (bpf_ktime_get_ns; 0: never), so that
+/// the lockout check looks sources up only within a second after.
+#[map(name = "NETDAM_BAD_KEY_DRY")]
+pub static BAD_KEY_DRY: Array<u64> = Array::with_max_entries(1, 0);
 
 #[map(name = "NETDAM_COUNTERS")]
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SLOTS, 0);

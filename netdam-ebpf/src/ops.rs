@@ -11,6 +11,7 @@ use netdam_common::{
 
 use crate::{
     atomic::{cmpxchg64, fetch_add64, xchg64},
+    badkey,
     carrier::Request,
     handover,
     maps::{count, count_event, NETDAM_MEM, REGIONS},
@@ -28,12 +29,20 @@ fn executes(op: Opcode) -> bool {
 }
 
 /// Validates and executes `req`, returning the XDP action. Every request
-/// that reaches here is counted once by opcode and final status.
+/// that reaches here is counted once by opcode and final status, but one
+/// whose BAD_KEY answer the source's limit refuses: that one is dropped
+/// and counted `BadKeyLimited` (`badkey`).
 #[inline(always)]
 pub fn run(ctx: &XdpContext, cfg: &NodeConfig, req: &Request) -> Result<u32, Verdict> {
     let (status, action) = match try_execute(ctx, cfg, req) {
         Ok(action) => (Status::Ok, Ok(action)),
-        Err(Failure::Status(s)) => (s, respond::status_only(ctx, req, s)),
+        Err(Failure::Status(s)) => {
+            // BAD_KEY answers are rationed per source (key guessing).
+            if matches!(s, Status::BadKey) && !badkey::allowed(cfg, u32::from_ne_bytes(req.ip.src_addr)) {
+                return Err(Verdict::Drop(Event::BadKeyLimited));
+            }
+            (s, respond::status_only(ctx, req, s))
+        }
         Err(Failure::Verdict(v)) => return Err(v),
     };
     count(op_status(req.hdr.opcode, status));

@@ -29,7 +29,7 @@ use netdam_user::{
     },
     memwall::{self, MemwallConfig},
     plot,
-    stats::Stats,
+    stats::{self, Stats},
     testbed::{Chaos, Fabric, Testbed},
     Client, ClientConfig, ClientError,
 };
@@ -297,9 +297,19 @@ struct ServeArgs {
     /// IPv4 address the node answers on (default: the interface's first).
     #[arg(long)]
     ip: Option<Ipv4Addr>,
-    /// Verify UDP checksums of requests and drop the ones that are wrong.
+    /// Verify the IPv4 header checksum and the UDP checksum of datagrams to port P, and drop the
+    /// ones that are wrong, or carry no UDP checksum (0) and come from a non-peer (nodes send 0,
+    /// so peers may) (docs/conformance.md 5).
     #[arg(long)]
     verify_csum: bool,
+    /// BAD_KEY answers per second per source IPv4 address (a burst of as many, then that rate);
+    /// 0 = unlimited. Beyond it a request that would be answered BAD_KEY is dropped (counted as
+    /// bad_key_limited) and the source is locked out, all its requests dropped
+    /// (drop_bad_key_lockout), until its allowance refills: a key guesser gets at most this many
+    /// guesses a second. Both raise an alarm in `netdam stats` and the log: someone is guessing
+    /// keys, or a client has a wrong key (docs/conformance.md 21).
+    #[arg(long, default_value_t = 100)]
+    bad_key_limit: u32,
     /// Sources the at-most-once window table holds (16 KiB of memory each);
     /// a new source finds it full is answered STALE for non-idempotent ops.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
@@ -1035,6 +1045,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
         peers,
         verify_csum: a.verify_csum,
         window_sources: a.window_sources,
+        bad_key_limit: a.bad_key_limit,
     };
     let mut node = Node::load(&spec, Some(&pin_dir)).context("loading the NetDAM data path")?;
     if node.reused_pins {
@@ -1088,6 +1099,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
     let mut sweep = tokio::time::interval(idle / 4);
     let mut peer_tick = tokio::time::interval(PEER_SYNC);
     let mut ticks = 0u64;
+    let mut alarmed = vec![0u64; stats::ALARMS.len()];
     loop {
         tokio::select! {
             _ = peer_tick.tick() => {
@@ -1104,6 +1116,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
                 if let Err(e) = bind_peer_macs(&mut node, &a.iface) {
                     log::warn!("{e:#}");
                 }
+                warn_of_new_alarms(&node, &mut alarmed);
             }
             _ = sweep.tick() => {
                 match node.expire_windows(idle) {
@@ -1129,6 +1142,19 @@ async fn serve(a: ServeArgs) -> Result<()> {
         pin_dir.display()
     );
     Ok(())
+}
+
+/// Logs a warning for each alarm event (`stats::ALARMS`) that counted
+/// since the last call; `seen` holds the counts seen then.
+fn warn_of_new_alarms(node: &Node, seen: &mut [u64]) {
+    let Ok(c) = node.counters() else { return };
+    for ((e, meaning), seen) in stats::ALARMS.iter().zip(seen) {
+        let now = c.get(*e as usize).copied().unwrap_or(0);
+        if now > *seen {
+            log::warn!("ALARM {} +{} ({now} in all): {meaning}", e.name(), now - *seen);
+            *seen = now;
+        }
+    }
 }
 
 /// The regions of `args` with their keys: random ones are printed once,

@@ -24,11 +24,42 @@ pub struct EventCount {
     pub count: u64,
 }
 
-/// Non-zero counters, by (opcode, status) and by event.
+/// An event whose count means someone is attacking the node (or is
+/// misconfigured), with what it means.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Alarm {
+    pub event: &'static str,
+    pub count: u64,
+    pub meaning: &'static str,
+}
+
+/// The events that raise an alarm when they count (docs/conformance.md 19, 21).
+pub const ALARMS: &[(Event, &str)] = &[
+    (
+        Event::BadKeyLimited,
+        "BAD_KEY answers refused past --bad-key-limit: someone guesses region keys, or a client has a wrong key",
+    ),
+    (
+        Event::DropBadKeyLockout,
+        "requests dropped from a source locked out for key guessing",
+    ),
+    (
+        Event::DropPeerMac,
+        "frames from a peer's address but another MAC: someone spoofs a peer, or a peer's MAC changed",
+    ),
+    (
+        Event::DropOwnAddress,
+        "frames from the wire claiming this node's own address (spoofed)",
+    ),
+];
+
+/// Non-zero counters, by (opcode, status) and by event, and the alarms
+/// among the events.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct Stats {
     pub requests: Vec<OpCount>,
     pub events: Vec<EventCount>,
+    pub alarms: Vec<Alarm>,
 }
 
 impl Stats {
@@ -53,7 +84,22 @@ impl Stats {
                 count: c.get(*e as usize).copied().unwrap_or(0),
             })
             .collect();
-        Stats { requests, events }
+        let alarms = ALARMS
+            .iter()
+            .filter_map(|(e, meaning)| {
+                let count = c.get(*e as usize).copied().unwrap_or(0);
+                (count > 0).then_some(Alarm {
+                    event: e.name(),
+                    count,
+                    meaning,
+                })
+            })
+            .collect();
+        Stats {
+            requests,
+            events,
+            alarms,
+        }
     }
 
     /// Reads the counters pinned in a node's pin directory (no need to own the node).
@@ -102,6 +148,9 @@ impl Stats {
         for e in &self.events {
             out.push_str(&format!("{:<29} {:>14}\n", e.event, e.count));
         }
+        for a in &self.alarms {
+            out.push_str(&format!("\nALARM {} = {}: {}\n", a.event, a.count, a.meaning));
+        }
         out
     }
 }
@@ -126,5 +175,18 @@ mod tests {
         assert!(t.contains("WRITE") && t.contains("BAD_KEY") && t.contains("drop_bad_magic"));
         let j = serde_json::to_value(&s).unwrap();
         assert_eq!(j["requests"][0]["count"], 5);
+        assert!(s.alarms.is_empty() && !t.contains("ALARM"));
+    }
+
+    #[test]
+    fn key_guessing_and_spoofing_raise_alarms() {
+        let mut c = vec![0u64; COUNTER_SLOTS as usize];
+        c[Event::BadKeyLimited as usize] = 3;
+        c[Event::DropPeerMac as usize] = 1;
+        let s = Stats::from_counters(&c);
+        let raised: Vec<_> = s.alarms.iter().map(|a| (a.event, a.count)).collect();
+        assert_eq!(raised, [("bad_key_limited", 3), ("drop_peer_mac", 1)]);
+        assert!(s.table().contains("ALARM bad_key_limited = 3: BAD_KEY answers refused"));
+        assert_eq!(serde_json::to_value(&s).unwrap()["alarms"][1]["event"], "drop_peer_mac");
     }
 }

@@ -40,7 +40,8 @@ pub const RO: Region = Region {
     _reserved: 0,
 };
 
-/// A standard spec for program tests: 1 MiB of memory, two regions, no peers.
+/// A standard spec for program tests: 1 MiB of memory, two regions, no
+/// peers, no BAD_KEY rate limit.
 pub fn spec() -> NodeSpec {
     NodeSpec {
         port: DEFAULT_PORT,
@@ -52,6 +53,8 @@ pub fn spec() -> NodeSpec {
         peers: vec![],
         verify_csum: false,
         window_sources: 64,
+        // Unlimited, as the model and the C engine behave.
+        bad_key_limit: 0,
     }
 }
 

@@ -1,6 +1,6 @@
 //! Tier 3: the hostile inputs of docs/conformance.md 19-21 on the testbed,
 //! through real veths: a spoofed peer from another host, a neighbour flush and a peer's MAC change while serving,
-//! random keys kept across a restart, and random unauthenticated frames
+//! random keys kept across a restart, a burst of wrong keys, and random unauthenticated frames
 //! that must never make a node send more bytes than it received.
 
 use std::{
@@ -26,9 +26,15 @@ fn testbed(nodes: usize) -> Testbed {
 }
 
 fn serve(tb: &Testbed, i: usize, region: &str, peers: &[usize]) -> Served {
+    serve_with(tb, i, region, peers, &[])
+}
+
+fn serve_with(tb: &Testbed, i: usize, region: &str, peers: &[usize], extra: &[&str]) -> Served {
     let mut args: Vec<String> = ["--mem-size", "4MiB", "--region", region, "--mode", "native"]
-        .map(String::from)
-        .to_vec();
+        .iter()
+        .chain(extra)
+        .map(|a| a.to_string())
+        .collect();
     for p in peers {
         args.extend(["--peer".to_string(), tb.hosts[*p].ip.to_string()]);
     }
@@ -180,6 +186,50 @@ fn random_keys_are_drawn_kept_and_forgotten() {
     run(&tb, 0, netdam_bin().to_str().unwrap(), &["unpin", "--pin-dir", &pin]);
     assert!(!keys_path(&tb.hosts[0].pin_dir).exists(), "unpin forgets the key");
     let _ = std::fs::remove_file(&file);
+}
+
+/// docs/conformance.md 21: a burst of wrong keys from one host gets at
+/// most `--bad-key-limit` BAD_KEY answers (and the refills while it runs),
+/// locks that host out, and raises an alarm in `netdam stats` and in the
+/// serve log; another host is served meanwhile.
+#[test]
+fn a_bad_key_burst_is_cut_off_and_raises_an_alarm() {
+    const LIMIT: u64 = 5;
+    let tb = testbed(3);
+    let served = serve_with(&tb, 0, REGION, &[], &["--bad-key-limit", "5"]);
+    let node = tb.hosts[0].ip;
+    let started = Instant::now();
+    let answers = tb
+        .in_host(1, move || {
+            let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+            for guess in 0..200u32 {
+                let mut h = NetdamHdr::request(Opcode::Read);
+                h.set_rkey(0xBAD0_0000 + guess);
+                s.send_to(&h.to_bytes(), SocketAddrV4::new(node, DEFAULT_PORT)).unwrap();
+            }
+            let mut b = [0u8; 256];
+            std::iter::from_fn(|| s.recv(&mut b).ok()).count() as u64
+        })
+        .unwrap();
+    let refills = started.elapsed().as_millis() as u64 * LIMIT / 1000;
+    assert!(
+        (1..=LIMIT + refills).contains(&answers),
+        "{answers} answers to 200 wrong keys in {:?}",
+        started.elapsed()
+    );
+    let st = stats(&tb, 0);
+    let dropped = st.event(Event::BadKeyLimited) + st.event(Event::DropBadKeyLockout);
+    assert_eq!(dropped, 200 - answers, "every unanswered guess is counted");
+    assert!(st.alarms.iter().any(|a| a.event == "drop_bad_key_lockout"), "{st:?}");
+    let pin = tb.hosts[0].pin_dir.to_str().unwrap().to_string();
+    let table = run(&tb, 0, netdam_bin().to_str().unwrap(), &["stats", "--pin-dir", &pin]);
+    assert!(String::from_utf8_lossy(&table.stdout).contains("ALARM drop_bad_key_lockout"));
+    assert!(ping(&tb, 2, 0), "another host is served");
+    wait_for("an ALARM line in the serve log", Duration::from_secs(5), || {
+        served.log().contains("ALARM drop_bad_key_lockout")
+    });
+    assert!(served.stop());
 }
 
 /// Bytes host `i` has sent and received on eth0 (/proc/net/dev of its

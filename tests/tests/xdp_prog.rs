@@ -233,6 +233,155 @@ fn keys_and_permissions() {
     assert_eq!(counter(&node, op_status(2, Status::BadKey)), 1);
 }
 
+/// docs/conformance.md 21: BAD_KEY answers are rationed per source; over
+/// the limit the request is dropped and counted, and the source is locked
+/// out until its allowance refills. Other sources are not affected.
+#[test]
+fn bad_key_answers_are_rate_limited_per_source() {
+    const LIMIT: u64 = 10;
+    let node = load(&netdam_user::NodeSpec {
+        bad_key_limit: LIMIT as u32,
+        ..spec()
+    });
+    let started = std::time::Instant::now();
+    // The bucket holds LIMIT answers and refills one per 1 s / LIMIT.
+    let refills = || (started.elapsed().as_nanos() as u64 * LIMIT) / 1_000_000_000;
+    let burst = 50;
+    let mut answered_bad_key = 0;
+    for i in 0..burst {
+        let mut h = hdr(Opcode::Read, 0xBAD0_0000 + i as u32, RW.base, 16);
+        h.flags = flags::ACK_REQ;
+        let req = frame(&h, &[0; 16]);
+        let o = run(&node, &req);
+        match o.action {
+            XDP_TX => {
+                answered(&o, &req, Status::BadKey);
+                answered_bad_key += 1;
+            }
+            XDP_DROP => {}
+            a => panic!("guess {i}: action {a}"),
+        }
+    }
+    assert!(
+        (LIMIT..=LIMIT + refills()).contains(&answered_bad_key),
+        "{answered_bad_key} BAD_KEY answers to a burst of {burst} in {:?}",
+        started.elapsed()
+    );
+    let locked = counter(&node, Event::DropBadKeyLockout as u32);
+    assert!(locked >= 1, "the guesses after the allowance are locked out");
+    assert_eq!(
+        counter(&node, Event::BadKeyLimited as u32) + locked,
+        burst - answered_bad_key,
+        "every drop is counted once"
+    );
+    // Every BAD_KEY answered is counted as before; the dropped ones are not.
+    assert_eq!(
+        counter(&node, op_status(Opcode::Read as u8, Status::BadKey)),
+        answered_bad_key
+    );
+    // Another source is still answered.
+    let other = Endpoint {
+        mac: [0x02, 0xDA, 0, 0, 0, 3],
+        ip: Ipv4Addr::new(198, 18, 0, 3),
+        port: 40001,
+    };
+    let req = netdam_frame(&other, &NODE, &hdr(Opcode::Read, 0xBAD, RW.base, 16), &[0; 16]);
+    answered(&run(&node, &req), &req, Status::BadKey);
+}
+
+/// docs/conformance.md 21: while a source's bucket is dry every request
+/// from it is dropped, a right key and NOP too (silence must not tell a
+/// right guess from a wrong one); once it refills the source is served.
+#[test]
+fn a_key_guesser_is_locked_out_until_its_allowance_refills() {
+    // One BAD_KEY answer a second.
+    let node = load(&netdam_user::NodeSpec {
+        bad_key_limit: 1,
+        ..spec()
+    });
+    node.memory().write(RW.base, &[0x5A; 16]).unwrap();
+    let guess = frame(&hdr(Opcode::Read, 0xBAD, RW.base, 16), &[0; 16]);
+    let right = frame(&hdr(Opcode::Read, RKEY_RW, RW.base, 16), &[0; 16]);
+    let nop = frame(&hdr(Opcode::Nop, 0, 0, 0), &[]);
+    let started = std::time::Instant::now();
+    // The bucket drawn dry by its one answer, the source is locked out.
+    answered(&run(&node, &guess), &guess, Status::BadKey);
+    assert_eq!(run(&node, &guess).action, XDP_DROP, "a second guess");
+    assert_eq!(run(&node, &right).action, XDP_DROP, "a right key while locked out");
+    assert_eq!(run(&node, &nop).action, XDP_DROP, "NOP while locked out");
+    assert_eq!(counter(&node, Event::DropBadKeyLockout as u32), 3);
+    assert!(
+        started.elapsed() < std::time::Duration::from_millis(900),
+        "the lockout lasts 1 s; this test took {:?} to get here",
+        started.elapsed()
+    );
+    // Others are served meanwhile.
+    let other = Endpoint {
+        mac: [0x02, 0xDA, 0, 0, 0, 3],
+        ip: Ipv4Addr::new(198, 18, 0, 3),
+        port: 40001,
+    };
+    let theirs = netdam_frame(&other, &NODE, &hdr(Opcode::Read, RKEY_RW, RW.base, 16), &[0; 16]);
+    assert_eq!(answered(&run(&node, &theirs), &theirs, Status::Ok), [0x5A; 16]);
+    // A second on, one answer's allowance is back.
+    std::thread::sleep(std::time::Duration::from_millis(1050));
+    assert_eq!(answered(&run(&node, &right), &right, Status::Ok), [0x5A; 16]);
+    answered(&run(&node, &guess), &guess, Status::BadKey);
+    assert_eq!(
+        run(&node, &right).action,
+        XDP_DROP,
+        "dry again after the next wrong guess"
+    );
+    assert_eq!(counter(&node, op_status(Opcode::Read as u8, Status::BadKey)), 2);
+}
+
+/// The same limit for a CHAIN hop answered BAD_KEY, keyed by the frame's
+/// IPv4 source (here the origin, a peer).
+#[test]
+fn chain_bad_key_answers_are_rate_limited() {
+    use netdam_common::chain::{HopOp, Segment, SrFixed, SEGMENT_LEN, SR_FIXED_LEN};
+    let mut node = load(&netdam_user::NodeSpec {
+        peers: vec![CLIENT.ip],
+        bad_key_limit: 2,
+        ..spec()
+    });
+    node.bind_peer_macs(&[(CLIENT.ip, CLIENT.mac)]).unwrap();
+    let chain = |rkey: u32| {
+        let mut h = NetdamHdr::request(Opcode::Chain);
+        h.sr_len = (SR_FIXED_LEN + SEGMENT_LEN) as u8;
+        h.set_rkey(rkey);
+        h.set_addr(RW.base);
+        h.set_len(8);
+        let mut rest = SrFixed::new(1, 0, CLIENT.ip.into(), CLIENT.port, RW.base)
+            .to_bytes()
+            .to_vec();
+        rest.extend_from_slice(&Segment::new(NODE.ip.into(), NODE.port, HopOp::Nop).to_bytes());
+        rest.extend_from_slice(&[7; 8]);
+        frame(&h, &rest)
+    };
+    let status = |o: &Outcome| {
+        assert_eq!(o.action, XDP_TX);
+        parse_udp(&o.frame).unwrap().netdam().unwrap().0.status
+    };
+    let started = std::time::Instant::now();
+    let first = run(&node, &chain(0xBAD));
+    assert_eq!(status(&first), Status::BadKey as u8);
+    let answers: Vec<u32> = std::iter::once(first.action)
+        .chain((1..6).map(|_| run(&node, &chain(0xBAD)).action))
+        .collect();
+    let tx = answers.iter().filter(|a| **a == XDP_TX).count() as u64;
+    let refills = (started.elapsed().as_nanos() as u64 * 2) / 1_000_000_000;
+    assert!((2..=2 + refills).contains(&tx), "{answers:?}");
+    assert!(answers.iter().all(|a| [XDP_TX, XDP_DROP].contains(a)), "{answers:?}");
+    let locked = counter(&node, Event::DropBadKeyLockout as u32);
+    assert!(locked >= 1);
+    assert_eq!(counter(&node, Event::BadKeyLimited as u32) + locked, 6 - tx);
+    assert_eq!(counter(&node, op_status(Opcode::Chain as u8, Status::BadKey)), tx);
+    // Once the allowance refills (one answer per 500 ms), a hop with the key runs and answers.
+    std::thread::sleep(std::time::Duration::from_millis(550));
+    assert_eq!(status(&run(&node, &chain(RKEY_RW))), Status::Ok as u8);
+}
+
 #[test]
 fn header_errors_in_protocol_order() {
     let node = load(&spec());
@@ -402,9 +551,22 @@ fn udp_checksums() {
     let mut zero = good.clone();
     zero[40] = 0;
     zero[41] = 0;
-    // Off by default: a wrong checksum is not looked at.
+    // The IP ID is outside the UDP checksum: only the header checksum is wrong.
+    let mut bad_ip = good.clone();
+    bad_ip[18] ^= 0x01;
+    // The IPv4 header checksum covers the options.
+    let opts = Ipv4Opts {
+        options: vec![1, 1, 1, 0],
+        ..Default::default()
+    };
+    let with_options = udp_frame(&CLIENT, &NODE, &opts, &hdr(Opcode::Nop, 0, 0, 0).to_bytes());
+    let mut bad_option = with_options.clone();
+    bad_option[35] ^= 0x80;
+    // Off by default: no checksum is looked at.
     let node = load(&spec());
-    answered(&run(&node, &bad), &bad, Status::Ok);
+    for f in [&bad, &zero, &bad_ip, &bad_option] {
+        answered(&run(&node, f), f, Status::Ok);
+    }
     drop(node);
 
     let node = load(&netdam_user::NodeSpec {
@@ -412,9 +574,12 @@ fn udp_checksums() {
         ..spec()
     });
     answered(&run(&node, &good), &good, Status::Ok);
-    answered(&run(&node, &zero), &zero, Status::Ok);
-    assert_eq!(run(&node, &bad).action, XDP_DROP);
-    assert_eq!(counter(&node, Event::DropBadChecksum as u32), 1);
+    answered(&run(&node, &with_options), &with_options, Status::Ok);
+    // A zero UDP checksum ("none" in IPv4) is dropped too.
+    for f in [&bad, &zero, &bad_ip, &bad_option] {
+        assert_eq!(run(&node, f).action, XDP_DROP);
+    }
+    assert_eq!(counter(&node, Event::DropBadChecksum as u32), 4);
     // Odd payload lengths and payloads longer than one 512-byte summing step.
     for n in [1usize, 3, 511, 513, 1400] {
         let mut h = hdr(Opcode::Write, RKEY_RW, RW.base, n as u16);

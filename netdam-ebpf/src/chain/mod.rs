@@ -53,6 +53,11 @@ pub fn run(ctx: &XdpContext, frame_len: u32) -> Result<u32, Verdict> {
         return Err(Verdict::Drop(e));
     }
     let status = Status::from_u8(done.status).unwrap_or(Status::Ok);
+    // BAD_KEY answers are rationed per source, here the previous hop or the
+    // origin that sent the frame (key guessing; docs/conformance.md 21).
+    if matches!(status, Status::BadKey) && !crate::badkey::allowed(cfg, u32::from_ne_bytes(req.ip.src_addr)) {
+        return Err(Verdict::Drop(Event::BadKeyLimited));
+    }
     let payload_len = done.payload_len;
     count(op_status(Opcode::Chain as u8, status));
     let sent = match done.forwards {

@@ -213,6 +213,9 @@ pub struct NodeSpec {
     pub verify_csum: bool,
     /// Sources the at-most-once window table holds (16 KiB each).
     pub window_sources: u32,
+    /// BAD_KEY answers per second per source IPv4 address; 0: unlimited
+    /// (docs/conformance.md 21).
+    pub bad_key_limit: u32,
 }
 
 impl NodeSpec {
@@ -230,7 +233,7 @@ impl NodeSpec {
             ipv4_be: u32::from(self.ipv4).to_be(),
             mtu: self.mtu,
             flags,
-            _reserved: 0,
+            bad_key_limit: self.bad_key_limit,
             mem_size: self.mem_size,
         }
     }
@@ -666,6 +669,7 @@ mod tests {
             peers: vec![Ipv4Addr::new(198, 18, 0, 2)],
             verify_csum: true,
             window_sources: 4,
+            bad_key_limit: 100,
         }
     }
 
@@ -749,5 +753,6 @@ mod tests {
         assert_eq!(c.ipv4_be.to_ne_bytes(), [198, 18, 0, 1]);
         assert_eq!(c.flags, cfg_flags::VERIFY_CSUM | cfg_flags::PEERS_ONLY);
         assert_eq!(c.port, 4793);
+        assert_eq!(c.bad_key_limit, 100);
     }
 }
