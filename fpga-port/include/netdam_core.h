@@ -65,12 +65,14 @@ enum netdam_event {
     NETDAM_EV_DROP_CHAIN_NO_PEERS,   /* a CHAIN while the peer table is empty */
     NETDAM_EV_DROP_MEM_COPY_FAILED,  /* XDP only (a helper refused a copy): never counted here */
     NETDAM_EV_BAD_KEY_LIMITED,       /* XDP only (--bad-key-limit): never counted here; the engine answers every BAD_KEY */
-    NETDAM_EV_DROP_BAD_KEY_LOCKOUT   /* XDP only (--bad-key-limit): never counted here */
+    NETDAM_EV_DROP_BAD_KEY_LOCKOUT,  /* XDP only (--bad-key-limit): never counted here */
+    NETDAM_EV_PASS_SPLIT_STRANGER    /* XDP only (header split, section 9): never counted here */
 };
 _Static_assert(NETDAM_EV_DROP_PEER_UNRESOLVED == 205u && NETDAM_EV_DROP_MEM_COPY_FAILED == 214u &&
-                   NETDAM_EV_BAD_KEY_LIMITED == 215u && NETDAM_EV_DROP_BAD_KEY_LOCKOUT == 216u,
+                   NETDAM_EV_BAD_KEY_LIMITED == 215u && NETDAM_EV_DROP_BAD_KEY_LOCKOUT == 216u &&
+                   NETDAM_EV_PASS_SPLIT_STRANGER == 217u,
                "event indices as in netdam-common/src/counters.rs");
-_Static_assert(NETDAM_EV_DROP_BAD_KEY_LOCKOUT < NETDAM_COUNTER_SLOTS, "every event has a counter");
+_Static_assert(NETDAM_EV_PASS_SPLIT_STRANGER < NETDAM_COUNTER_SLOTS, "every event has a counter");
 
 /* Host side: empties every table and sets the configuration. */
 void netdam_reset(const netdam_config_t *cfg);

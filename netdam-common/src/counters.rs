@@ -83,6 +83,10 @@ pub enum Event {
     /// validation, whatever its key (a right guess must not be answered
     /// either, or silence still says "wrong"; docs/conformance.md 21).
     DropBadKeyLockout,
+    /// A datagram to a split port from a non-peer while the peer table is
+    /// not empty: passed to the kernel whole, not split (only peers fill
+    /// the ring; docs/conformance.md 22).
+    PassSplitStranger,
 }
 
 impl Event {
@@ -112,9 +116,10 @@ impl Event {
         Event::DropMemCopyFailed,
         Event::BadKeyLimited,
         Event::DropBadKeyLockout,
+        Event::PassSplitStranger,
     ];
     /// The event with the highest counter index.
-    const LAST: Event = Event::DropBadKeyLockout;
+    const LAST: Event = Event::PassSplitStranger;
 
     /// The event with counter index `v`.
     #[inline(always)]
@@ -155,6 +160,7 @@ impl Event {
             Event::DropMemCopyFailed => "drop_mem_copy_failed",
             Event::BadKeyLimited => "bad_key_limited",
             Event::DropBadKeyLockout => "drop_bad_key_lockout",
+            Event::PassSplitStranger => "pass_split_stranger",
         }
     }
 }

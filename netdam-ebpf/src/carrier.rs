@@ -117,6 +117,11 @@ pub fn try_parse(ctx: &XdpContext, cfg: &NodeConfig, frame_len: u32, req: &mut R
         }
         // SAFETY: a lookup in a hash map of plain values.
         return match unsafe { SPLIT_PORTS_MAP.get(&(dst_port as u32)) } {
+            // With a peer table only peers (from their MACs) may fill the
+            // ring; a stranger's datagram goes to the kernel whole.
+            Some(_) if cfg.flags & cfg_flags::PEERS_ONLY != 0 && !is_bound_peer(ip, &req.eth) => {
+                Err(Verdict::PassCounted(Event::PassSplitStranger))
+            }
             // Only whole, unfragmented datagrams are split; others pass untouched.
             Some(keep) if whole && frag & 0x2000 == 0 => Ok(Carried::Split(SplitDatagram {
                 ip_tot_len: ip_len as u16,
@@ -183,4 +188,11 @@ pub fn try_parse(ctx: &XdpContext, cfg: &NodeConfig, frame_len: u32, req: &mut R
     req.payload_off = l4 + UdpHdr::LEN as u32 + headers;
     req.payload_avail = payload_avail;
     Ok(Carried::Request)
+}
+
+/// Whether the datagram's IPv4 source is a peer and came from its bound MAC.
+#[inline(always)]
+fn is_bound_peer(ip: &Ipv4Hdr, eth: &EthHdr) -> bool {
+    // SAFETY: a lookup in a hash map of plain values.
+    unsafe { PEERS.get(&u32::from_ne_bytes(ip.src_addr)) }.is_some_and(|p| p.sent(&eth.src_addr))
 }

@@ -125,3 +125,13 @@ pub fn bounded_len(n: u32, max: u32) -> u32 {
     let n = if n > max { max } else { n };
     (n.wrapping_sub(1) & (max - 1)) + 1
 }
+
+/// The 8-byte word of NetDAM memory at `addr` (rounded down to 8-aligned;
+/// `None` past the memory).
+#[inline(always)]
+pub fn word(addr: u64) -> Option<*mut u64> {
+    let chunk = NETDAM_MEM.get_ptr_mut((addr / MEM_CHUNK as u64) as u32)?;
+    let off = (addr & (MEM_CHUNK as u64 - 1) & !7) as usize;
+    // SAFETY: `off` is masked into the chunk and 8-aligned.
+    Some(unsafe { chunk.cast::<u8>().add(off).cast::<u64>() })
+}

@@ -2,7 +2,6 @@
 
 use aya_ebpf::{bindings::xdp_action, helpers::generated::bpf_xdp_load_bytes, programs::XdpContext};
 use netdam_common::{
-    config::MEM_CHUNK,
     counters::{op_status, Event},
     validate::{answers, check_access, check_header, needs_window, Checked},
     window::SourceKey,
@@ -14,7 +13,7 @@ use crate::{
     badkey,
     carrier::Request,
     handover,
-    maps::{count, count_event, NETDAM_MEM, REGIONS},
+    maps::{count, count_event, REGIONS},
     memory, respond,
     vector::{self, VectorFailed, VectorOp},
     window::{self, Claimed},
@@ -193,7 +192,7 @@ fn atomic(ctx: &XdpContext, payload_off: u32, op: u8, addr: u64, old: &mut u64) 
     if unsafe { bpf_xdp_load_bytes(ctx.ctx, payload_off, operands.as_mut_ptr().cast(), n) } != 0 {
         return -1;
     }
-    let Some(word) = memory_word(addr) else { return -1 };
+    let Some(word) = memory::word(addr) else { return -1 };
     let (a, b) = (u64::from_le(operands[0]), u64::from_le(operands[1]));
     // SAFETY: an 8-aligned u64 inside a memory chunk (memory_word).
     *old = unsafe {
@@ -215,15 +214,6 @@ fn repeat(ctx: &XdpContext, req: &Request, checked: &Checked, old: u64) -> Resul
         Opcode::Accumulate => Err(Status::Duplicate.into()),
         _ => answer_old(ctx, req, old),
     }
-}
-
-/// The 8-byte word of NetDAM memory at `addr` (8-aligned, validated).
-#[inline(always)]
-fn memory_word(addr: u64) -> Option<*mut u64> {
-    let chunk = NETDAM_MEM.get_ptr_mut((addr / MEM_CHUNK as u64) as u32)?;
-    let off = (addr & (MEM_CHUNK as u64 - 1) & !7) as usize;
-    // SAFETY: `off` is masked into the chunk and 8-aligned.
-    Some(unsafe { chunk.cast::<u8>().add(off).cast::<u64>() })
 }
 
 /// An atomic's answer: OK with the old value (little-endian) as payload.

@@ -9,17 +9,18 @@ use aya_ebpf::{
 };
 use netdam_common::{
     counters::Event,
-    split::{split_sizes, Descriptor, DESCRIPTOR_LEN, UMEM_FRAME_MAX},
+    split::{generation, split_sizes, stamped_addr, Descriptor, SplitRing, DESCRIPTOR_LEN, STAMP_LEN, UMEM_FRAME_MAX},
     wire::checksum_update16,
 };
 use network_types::eth::EthHdr;
 
 use crate::{
-    atomic::fetch_add64,
+    atomic::{fetch_add64, xchg64},
     carrier::SplitDatagram,
     handover::{self, frame_len},
     maps::{count_event, SCRATCH, SCRATCH_LEN, SPLIT_RING},
-    memory, Verdict,
+    memory::{self, CopyFailed},
+    Verdict,
 };
 
 const UNSERVED: Verdict = Verdict::PassCounted(Event::PassSplitUnserved);
@@ -30,23 +31,22 @@ pub fn run(ctx: &XdpContext, d: &SplitDatagram) -> Result<u32, Verdict> {
     if !handover::has_receiver(ctx) {
         return Err(UNSERVED);
     }
-    let ring = SPLIT_RING.get_ptr_mut(0).ok_or(UNSERVED)?;
-    // SAFETY: index 0 of an array map; `taken` is only changed atomically below.
-    let (slot_size, slots) = unsafe { ((*ring).slot_size, (*ring).slots) };
+    let shared = SPLIT_RING.get_ptr_mut(0).ok_or(UNSERVED)?;
+    // Read once: the controller may rewrite the ring meanwhile, and every
+    // decision below must come from one version of it.
+    // SAFETY: index 0 of an array map, plain integers.
+    let ring = unsafe { core::ptr::read_volatile(shared) };
     let payload_off = d.l4 + 8;
     let payload_len = d.udp_len - 8;
     let (kept, rest) = split_sizes(payload_len, d.keep);
     let new_end = payload_off + kept + DESCRIPTOR_LEN as u32;
-    if new_end > UMEM_FRAME_MAX || (rest > 0 && (slots == 0 || rest > slot_size)) {
+    if new_end > UMEM_FRAME_MAX || (rest > 0 && !ring.holds(rest)) {
         return Err(UNSERVED);
     }
     let addr = if rest > 0 {
-        // SAFETY: an 8-aligned u64 of a map value.
-        let n = unsafe { fetch_add64(&raw mut (*ring).taken, 1) };
-        // SAFETY: as above; base and slot_size are written by the controller only.
-        let a = unsafe { (*ring).slot_addr(n) };
-        memory::frame_to_mem(ctx, payload_off + kept, a, rest).map_err(|_| Verdict::Drop(Event::DropMemCopyFailed))?;
-        a
+        // SAFETY: an 8-aligned u64 of a map value, changed only atomically.
+        let n = unsafe { fetch_add64(&raw mut (*shared).taken, 1) };
+        store_rest(ctx, &ring, n, payload_off + kept, rest).map_err(|_| Verdict::Drop(Event::DropMemCopyFailed))?
     } else {
         0
     };
@@ -68,6 +68,28 @@ pub fn run(ctx: &XdpContext, d: &SplitDatagram) -> Result<u32, Verdict> {
     }
     count_event(Event::Split);
     handover::redirect(ctx)
+}
+
+/// Stores the `n`-th rest (`rest` bytes at `frame_off`) in its slot; the
+/// descriptor's address. With generations the slot's stamp is zeroed
+/// before and set after, each with an atomic exchange (a full barrier), so
+/// a reader that finds its generation there before and after its copy
+/// copied that rest (`split::rebuild`).
+#[inline(always)]
+fn store_rest(ctx: &XdpContext, ring: &SplitRing, n: u64, frame_off: u32, rest: u32) -> Result<u64, CopyFailed> {
+    let slot = ring.slot_addr(n);
+    if ring.stamp_len() == 0 {
+        memory::frame_to_mem(ctx, frame_off, slot, rest)?;
+        return Ok(slot);
+    }
+    let stamp = memory::word(slot).ok_or(CopyFailed)?;
+    let g = generation(n);
+    // SAFETY: an 8-aligned word of NetDAM memory (the controller keeps the ring 8-aligned).
+    unsafe { xchg64(stamp, 0) };
+    memory::frame_to_mem(ctx, frame_off, slot + STAMP_LEN as u64, rest)?;
+    // SAFETY: as above.
+    unsafe { xchg64(stamp, (g as u64).to_le()) };
+    Ok(stamped_addr(slot + STAMP_LEN as u64, g))
 }
 
 enum Grown {

@@ -24,7 +24,7 @@ use netdam_user::{
     controller::{
         keys::{self, KeyOrigin, RegionArg},
         neighbours, pins,
-        split::SplitTable,
+        split::{RingSpec, SplitTable},
         sysctls, AttachMode, Interface, LocalNode, Node, NodeSpec,
     },
     memwall::{self, MemwallConfig},
@@ -526,9 +526,17 @@ struct SplitArgs {
     /// Stop splitting --port.
     #[arg(long, requires = "port", conflicts_with = "keep")]
     remove: bool,
-    /// Slots of the ring (one datagram's rest each; default 1024). Sets the ring up anew.
+    /// Slots of the ring (one datagram's rest each; default 4096, as many as an AF_XDP socket's
+    /// frames, or what fits a quarter of NetDAM memory). Sets the ring up anew.
     #[arg(long)]
     slots: Option<u32>,
+    /// Stamp each slot and descriptor with a generation, so that a reader that comes after the
+    /// ring has wrapped detects the overwrite instead of reading another datagram's bytes. The
+    /// descriptor's address then carries the generation in its upper 32 bits: a proposed
+    /// extension of PROTOCOL.md section 9 (docs/conformance.md 22), off by default. Sets the ring
+    /// up anew.
+    #[arg(long)]
+    generations: bool,
     /// NetDAM address of the ring (default: the top of NetDAM memory). Sets the ring up anew.
     #[arg(long, value_parser = parse_number)]
     ring_addr: Option<u64>,
@@ -857,7 +865,12 @@ fn split(a: SplitArgs) -> Result<()> {
         }
         (Some(_), _, true) => {}
         (Some(port), Some(keep), false) => {
-            table.add(&node.config, port, keep, a.ring_addr, a.slots)?;
+            let spec = RingSpec {
+                base: a.ring_addr,
+                slots: a.slots,
+                generations: a.generations,
+            };
+            table.add(&node.config, port, keep, &spec)?;
         }
         _ => {}
     }
@@ -870,7 +883,8 @@ fn split(a: SplitArgs) -> Result<()> {
             .collect();
         let v = serde_json::json!({
             "ports": ports,
-            "ring": {"addr": ring.base, "slot_size": ring.slot_size, "slots": ring.slots, "taken": ring.taken},
+            "ring": {"addr": ring.base, "slot_size": ring.slot_size, "slots": ring.slots, "taken": ring.taken,
+                     "generations": ring.stamp_len() > 0},
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
@@ -883,8 +897,12 @@ fn split(a: SplitArgs) -> Result<()> {
     }
     if ring.slots > 0 {
         println!(
-            "ring: {} slot(s) of {} bytes at {:#x} in NetDAM memory, {} taken so far",
-            ring.slots, ring.slot_size, ring.base, ring.taken
+            "ring: {} slot(s) of {} bytes at {:#x} in NetDAM memory, {} taken so far{}",
+            ring.slots,
+            ring.slot_size,
+            ring.base,
+            ring.taken,
+            if ring.stamp_len() > 0 { ", with generations" } else { "" }
         );
     }
     Ok(())
@@ -984,8 +1002,9 @@ fn describe(d: &Delivery<'_>, mem: &netdam_user::controller::NetdamMemory, with_
             });
             serde_json::json!({
                 "kind": "split", "from": from.to_string(), "port": to_port, "kept": kept.len(),
-                "len": descriptor.original_len, "addr": descriptor.addr,
+                "len": descriptor.original_len, "addr": descriptor.rest_addr(), "generation": descriptor.generation(),
                 "bytes": rebuilt.as_deref().map_or(serde_json::Value::Null, hex),
+                "error": rebuilt.as_ref().err().map(|e| format!("{e:?}")),
             })
         }
         Delivery::Other(f) => serde_json::json!({"kind": "other", "len": f.len(), "bytes": hex(f)}),

@@ -9,7 +9,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use netdam_common::{split::DESCRIPTOR_LEN, wire::ipv4_header_checksum, Status};
+use netdam_common::{
+    counters::Event,
+    split::{RebuildError, DESCRIPTOR_LEN},
+    wire::ipv4_header_checksum,
+    Status,
+};
 use netdam_tests::{netdam_bin, require_root, unique_prefix};
 use netdam_user::{
     afxdp::{Delivery, Endpoint, EndpointConfig, XskStats},
@@ -54,10 +59,11 @@ enum Got {
         len: u16,
         data: Vec<u8>,
     },
-    /// `frame_ok`: lengths, checksum and descriptor as section 9 says.
+    /// `frame_ok`: lengths, checksum and descriptor as section 9 says;
+    /// `payload`: the datagram rebuilt, or why not.
     Split {
         frame_ok: bool,
-        payload: Vec<u8>,
+        payload: Result<Vec<u8>, RebuildError>,
     },
 }
 
@@ -132,8 +138,7 @@ fn copy_out(d: &Delivery<'_>, mem: &netdam_user::controller::NetdamMemory) -> Go
             payload: netdam_common::split::rebuild(kept, descriptor, |a, n| {
                 let mut v = vec![0u8; n];
                 mem.read(a, &mut v).ok().map(|_| v)
-            })
-            .expect("a split datagram rebuilds"),
+            }),
         },
         Delivery::Other(f) => panic!(
             "an unrecognised frame of {} bytes: {:02x?}",
@@ -386,6 +391,7 @@ fn split_datagrams_rebuild_exactly_from_1_byte_to_the_mtu() {
             panic!("not a split datagram: {g:?}")
         };
         assert!(frame_ok);
+        let payload = payload.as_ref().expect("a split datagram rebuilds");
         let n = payload.len();
         assert_eq!(*payload, body(n, n), "datagram of {n} bytes rebuilt");
         assert!(!seen[n], "datagram of {n} bytes twice");
@@ -405,6 +411,199 @@ fn split_datagrams_rebuild_exactly_from_1_byte_to_the_mtu() {
             String::from_utf8_lossy(&o.stdout)
         );
     }
+}
+
+/// `netdam split ARGS --json` on host 1's node: its output, or its error.
+fn split_cmd(tb: &Testbed, args: &[&str]) -> Result<serde_json::Value, String> {
+    let o = tb
+        .command(1, netdam_bin())
+        .unwrap()
+        .args(["split", "--pin-dir"])
+        .arg(&tb.hosts[1].pin_dir)
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap();
+    match o.status.success() {
+        true => Ok(serde_json::from_slice(&o.stdout).unwrap()),
+        false => Err(String::from_utf8_lossy(&o.stderr).into_owned()),
+    }
+}
+
+/// A burst of `n` datagrams of 1000 + i bytes to port 9000 while the
+/// receiver holds off, then everything it got.
+fn held_burst(tb: &Testbed, n: usize) -> Vec<Got> {
+    let (go_tx, go) = mpsc::channel();
+    let (drained, _) = mpsc::channel();
+    let hold = Hold {
+        go,
+        first: usize::MAX,
+        drained,
+    };
+    let (ready, rx) = receiver(
+        &tb.hosts[1].netns,
+        tb.hosts[1].pin_dir.clone(),
+        EndpointConfig::default(),
+        n,
+        Duration::from_secs(10),
+        Some(hold),
+    );
+    ready.recv_timeout(Duration::from_secs(10)).expect("the endpoint opens");
+    tb.in_host(0, move || {
+        let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+        for i in 0..n {
+            s.send_to(&body(1000 + i, 1000 + i), "198.18.0.2:9000").unwrap();
+        }
+    })
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    go_tx.send(()).unwrap();
+    rx.join().expect("receiver").0
+}
+
+/// Issue 14 item 5: a ring of 4 slots takes 12 rests before the reader
+/// looks. With generations the 8 overwritten ones are reported as such and
+/// the last 4 rebuild exactly; without, the reader gets other datagrams'
+/// bytes and cannot tell (which is why generations exist).
+#[test]
+fn a_late_reader_detects_split_slots_the_ring_overwrote() {
+    let (tb, _served) = setup();
+    let shown = split_cmd(
+        &tb,
+        &["--port", "9000", "--keep", "64", "--slots", "4", "--generations"],
+    )
+    .unwrap();
+    assert_eq!(shown["ring"]["generations"], true);
+    assert_eq!(shown["ring"]["slot_size"], 1536, "the stamp takes a cache line more");
+    let got = held_burst(&tb, 12);
+    assert_eq!(got.len(), 12, "{got:?}");
+    for (i, g) in got.iter().enumerate() {
+        let Got::Split { frame_ok, payload } = g else {
+            panic!("not a split datagram: {g:?}")
+        };
+        assert!(frame_ok);
+        match i {
+            0..8 => assert!(
+                matches!(payload, Err(RebuildError::Overwritten { .. })),
+                "datagram {i}: {payload:?}"
+            ),
+            _ => assert_eq!(
+                payload.as_deref(),
+                Ok(body(1000 + i, 1000 + i).as_slice()),
+                "datagram {i}"
+            ),
+        }
+    }
+    // The same burst on a ring without generations (set up anew).
+    let shown = split_cmd(&tb, &["--port", "9000", "--keep", "64", "--slots", "4"]).unwrap();
+    assert_eq!(shown["ring"]["generations"], false);
+    let got = held_burst(&tb, 12);
+    let wrong = got
+        .iter()
+        .enumerate()
+        .filter(|(i, g)| !matches!(g, Got::Split { payload: Ok(p), .. } if *p == body(1000 + i, 1000 + i)))
+        .count();
+    assert_eq!(
+        wrong, 8,
+        "without generations the overwritten rests come back as other bytes"
+    );
+}
+
+/// Issue 14 item 5: the ring may not overlap a region, nor a region the
+/// ring (kept in the pins across a restart).
+#[test]
+fn the_split_ring_and_the_regions_never_overlap() {
+    let (tb, served) = setup();
+    let e = split_cmd(&tb, &["--port", "9000", "--keep", "64", "--ring-addr", "0x1000"]).unwrap_err();
+    assert!(e.contains("overlaps region 0x1234"), "{e}");
+    let e = split_cmd(&tb, &["--port", "9000", "--keep", "64", "--ring-addr", "0x2000020"]).unwrap_err();
+    assert!(e.contains("not a multiple of 64"), "{e}");
+    let shown = split_cmd(&tb, &["--port", "9000", "--keep", "64", "--ring-addr", "0x2000000"]).unwrap();
+    assert_eq!(shown["ring"]["addr"], 0x200_0000);
+    assert!(served.stop());
+    let args: Vec<String> = [
+        "--mem-size",
+        "64MiB",
+        "--region",
+        "0x1234:0:48MiB:rw",
+        "--mode",
+        "native",
+    ]
+    .map(String::from)
+    .to_vec();
+    let e = tb.serve(1, &netdam_bin(), &args).map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("overlaps the split ring [0x2000000,"), "{e}");
+}
+
+/// Issue 14 item 5: with a peer table only peers fill the ring; a
+/// stranger's datagram to a split port goes to the kernel whole.
+#[test]
+fn only_peers_fill_the_split_ring() {
+    require_root();
+    let tb = Testbed::up(&unique_prefix(), 3, 1500).expect("testbed up");
+    let args: Vec<String> = [
+        "--mem-size",
+        "64MiB",
+        "--region",
+        "0x1234:0:32MiB:rwam",
+        "--mode",
+        "native",
+        "--peer",
+        "198.18.0.1",
+    ]
+    .map(String::from)
+    .to_vec();
+    let _served = tb.serve(1, &netdam_bin(), &args).expect("netdam serve");
+    // The peer counts once the node has bound its MAC (from the neighbour table, within seconds).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !tb
+        .command(0, netdam_bin())
+        .unwrap()
+        .args([
+            "ping",
+            "--node",
+            "198.18.0.2",
+            "--count",
+            "1",
+            "--timeout-ms",
+            "200",
+            "--retries",
+            "1",
+        ])
+        .output()
+        .unwrap()
+        .status
+        .success()
+    {
+        assert!(Instant::now() < deadline, "the peer is served within 10 s");
+    }
+    split_cmd(&tb, &["--port", "9000", "--keep", "64"]).unwrap();
+    let (ready, rx) = receiver(
+        &tb.hosts[1].netns,
+        tb.hosts[1].pin_dir.clone(),
+        EndpointConfig::default(),
+        3,
+        Duration::from_secs(3),
+        None,
+    );
+    ready.recv_timeout(Duration::from_secs(10)).expect("the endpoint opens");
+    for host in [2, 0] {
+        tb.in_host(host, move || {
+            let s = UdpSocket::bind("0.0.0.0:0").unwrap();
+            for _ in 0..3 {
+                s.send_to(&body(host, 500), "198.18.0.2:9000").unwrap();
+            }
+        })
+        .unwrap();
+    }
+    let (got, _) = rx.join().expect("receiver");
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert!(got
+        .iter()
+        .all(|g| matches!(g, Got::Split { payload: Ok(p), .. } if *p == body(0, 500))));
+    let st = netdam_user::stats::Stats::read_pinned(&tb.hosts[1].pin_dir).unwrap();
+    assert_eq!(st.event(Event::PassSplitStranger), 3);
+    assert_eq!(st.event(Event::Split), 3);
 }
 
 #[test]

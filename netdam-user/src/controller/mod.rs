@@ -27,6 +27,7 @@ pub use memory::NetdamMemory;
 use netdam_common::{
     config::{cfg_flags, PeerEntry, MEM_CHUNK, MEM_MAX, REGION_SLOTS},
     counters::COUNTER_SLOTS,
+    split::SplitRing,
     window::{SourceKey, Window},
     NodeConfig, Region,
 };
@@ -113,6 +114,18 @@ pub enum ControllerError {
         b: u32,
         b_base: u64,
         b_size: u64,
+    },
+    #[error(
+        "region {rkey:#x} [{base:#x}, +{size:#x}) overlaps the split ring [{ring_start:#x}, {ring_end:#x}): \
+         peers could overwrite split datagrams there; give the region other bytes, or move the ring \
+         (`netdam split --port Q --keep K --ring-addr A`)"
+    )]
+    RegionOverlapsRing {
+        rkey: u32,
+        base: u64,
+        size: u64,
+        ring_start: u64,
+        ring_end: u64,
     },
     #[error(
         "--window-sources {given}: the window table is preallocated at 16 KiB a source, so give 1 to {max} \
@@ -267,7 +280,7 @@ impl NodeSpec {
                     return Err(ControllerError::RegionTwice { rkey: *a });
                 }
                 // Inside the memory (checked above), so the ends do not overflow.
-                if ra.base < rb.base + rb.size && rb.base < ra.base + ra.size {
+                if overlap((ra.base, ra.base + ra.size), (rb.base, rb.base + rb.size)) {
                     return Err(ControllerError::RegionsOverlap {
                         a: *a,
                         a_base: ra.base,
@@ -281,6 +294,11 @@ impl NodeSpec {
         }
         Ok(())
     }
+}
+
+/// Whether the byte ranges [a.0, a.1) and [b.0, b.1) share a byte.
+pub fn overlap(a: (u64, u64), b: (u64, u64)) -> bool {
+    a.0 < b.1 && b.0 < a.1 && a.0 < a.1 && b.0 < b.1
 }
 
 /// A loaded (and possibly attached) NetDAM data path.
@@ -371,6 +389,27 @@ impl Node {
     /// Rewrites config, regions and peers (memory and counters are kept).
     pub fn configure(&mut self, spec: &NodeSpec) -> Result<(), ControllerError> {
         spec.check()?;
+        // The split ring (kept in the pins from an earlier run) and the
+        // regions must not share bytes (docs/conformance.md 22).
+        let ring: SplitRing = Array::try_from(self.ebpf.map(MAP_SPLIT_RING).expect("split ring map"))
+            .and_then(|a| a.get(&0, 0))
+            .map_err(|e| ControllerError::Map(MAP_SPLIT_RING, e))?;
+        if ring.slots > 0 {
+            let (ring_start, ring_end) = ring.range();
+            if let Some((rkey, r)) = spec
+                .regions
+                .iter()
+                .find(|(_, r)| overlap((r.base, r.base + r.size), (ring_start, ring_end)))
+            {
+                return Err(ControllerError::RegionOverlapsRing {
+                    rkey: *rkey,
+                    base: r.base,
+                    size: r.size,
+                    ring_start,
+                    ring_end,
+                });
+            }
+        }
         let mut regions: BpfHashMap<_, u32, Region> =
             BpfHashMap::try_from(self.ebpf.map_mut(MAP_REGIONS).expect("regions map"))
                 .map_err(|e| ControllerError::Map(MAP_REGIONS, e))?;

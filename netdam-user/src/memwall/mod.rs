@@ -32,7 +32,10 @@ use thiserror::Error;
 
 use crate::{
     afxdp::XskError,
-    controller::{split::SplitTable, ControllerError, LocalNode},
+    controller::{
+        split::{RingSpec, SplitTable},
+        ControllerError, LocalNode,
+    },
     stats::Stats,
     testbed::{Testbed, TestbedError},
 };
@@ -287,7 +290,15 @@ impl Rig {
         .to_vec();
         let served = tb.serve(1, netdam, &serve_args)?;
         let node = LocalNode::open(&tb.hosts[1].pin_dir)?;
-        SplitTable::open(&tb.hosts[1].pin_dir)?.add(&node.config, SPLIT_PORT, SPLIT_KEEP, None, Some(4096))?;
+        SplitTable::open(&tb.hosts[1].pin_dir)?.add(
+            &node.config,
+            SPLIT_PORT,
+            SPLIT_KEEP,
+            &RingSpec {
+                slots: Some(4096),
+                ..Default::default()
+            },
+        )?;
         Ok(Rig {
             tb,
             served: Some(served),

@@ -241,7 +241,7 @@ fn afxdp(
                     let rest = descriptor.original_len as usize - kept.len();
                     Some((
                         kept.as_ptr() as usize - frame.as_ptr() as usize,
-                        (descriptor.addr, rest),
+                        (descriptor.rest_addr(), rest),
                     ))
                 }
                 Delivery::Notify { hdr, .. } => {
