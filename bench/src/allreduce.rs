@@ -352,7 +352,7 @@ fn sweep_size<N: MemberNode + 'static>(
                 }
                 let e = c.plan(&op).map_err(|e| e.to_string())?.chunk_elems;
                 let mut out = vec![0u8; bytes as usize];
-                c.node().read(output, &mut out).map_err(|e| e.to_string())?;
+                c.node().read_into(output, &mut out).map_err(|e| e.to_string())?;
                 let n = c.group().members.len();
                 Ok((
                     total / iters as f64 * 1e6,

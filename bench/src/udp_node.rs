@@ -109,7 +109,7 @@ impl MemberNode for UdpNode {
         // SAFETY: the length of the buffer, which never changes.
         unsafe { (*self.mem.0.get()).len() }
     }
-    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), ControllerError> {
+    fn read_into(&self, addr: u64, out: &mut [u8]) -> Result<(), ControllerError> {
         let p = self
             .mem
             .range(addr, out.len())

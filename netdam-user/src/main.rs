@@ -996,10 +996,7 @@ fn describe(d: &Delivery<'_>, mem: &netdam_user::controller::NetdamMemory, with_
             descriptor,
             ..
         } => {
-            let rebuilt = netdam_common::split::rebuild(kept, descriptor, |a, n| {
-                let mut v = vec![0u8; n];
-                mem.read(a, &mut v).ok().map(|_| v)
-            });
+            let rebuilt = netdam_common::split::rebuild(kept, descriptor, |a, n| mem.read(a, n).ok());
             serde_json::json!({
                 "kind": "split", "from": from.to_string(), "port": to_port, "kept": kept.len(),
                 "len": descriptor.original_len, "addr": descriptor.rest_addr(), "generation": descriptor.generation(),
@@ -1595,8 +1592,7 @@ fn allreduce(a: AllreduceArgs) -> Result<()> {
     }
     pb.finish_and_clear();
     let wrong = if a.check {
-        let mut out = vec![0u8; bytes as usize];
-        coll.node().memory().read(op.output_addr, &mut out)?;
+        let out = coll.node().memory().read(op.output_addr, bytes as usize)?;
         Some(inputs::count_wrong(a.seed, n, a.dtype, a.op, plan.chunk_elems, &out))
     } else {
         None

@@ -87,10 +87,10 @@ impl Ring {
                     let memory = coll.node().memory();
                     memory.write(op.input_addr, &input).map_err(|e| e.to_string())?;
                     let report = coll.allreduce(&op).map_err(|e| e.to_string())?;
-                    let mut out = vec![0u8; input.len()];
-                    coll.node()
+                    let out = coll
+                        .node()
                         .memory()
-                        .read(op.output_addr, &mut out)
+                        .read(op.output_addr, input.len())
                         .map_err(|e| e.to_string())?;
                     Ok((report, out))
                 })

@@ -119,15 +119,11 @@ fn copy_out(d: &Delivery<'_>, mem: &netdam_user::controller::NetdamMemory) -> Go
             seq: hdr.seq(),
             body: body.to_vec(),
         },
-        Delivery::Notify { hdr, .. } => {
-            let mut data = vec![0u8; hdr.len() as usize];
-            mem.read(hdr.addr(), &mut data).unwrap();
-            Got::Notify {
-                addr: hdr.addr(),
-                len: hdr.len(),
-                data,
-            }
-        }
+        Delivery::Notify { hdr, .. } => Got::Notify {
+            addr: hdr.addr(),
+            len: hdr.len(),
+            data: mem.read(hdr.addr(), hdr.len() as usize).unwrap(),
+        },
         Delivery::Split {
             kept,
             descriptor,
@@ -135,10 +131,7 @@ fn copy_out(d: &Delivery<'_>, mem: &netdam_user::controller::NetdamMemory) -> Go
             ..
         } => Got::Split {
             frame_ok: split_frame_ok(frame, kept.len()),
-            payload: netdam_common::split::rebuild(kept, descriptor, |a, n| {
-                let mut v = vec![0u8; n];
-                mem.read(a, &mut v).ok().map(|_| v)
-            }),
+            payload: netdam_common::split::rebuild(kept, descriptor, |a, n| mem.read(a, n).ok()),
         },
         Delivery::Other(f) => panic!(
             "an unrecognised frame of {} bytes: {:02x?}",

@@ -84,8 +84,7 @@ fn reduce_matches_the_host_alu_for_every_dtype_and_operator() {
                 expected(dtype, alu, &v, &mem),
                 "{dtype:?} {alu:?}: the data path and the host ALU differ"
             );
-            let mut after = vec![0u8; mem.len()];
-            node.memory().read(addr, &mut after).unwrap();
+            let after = node.memory().read(addr, mem.len()).unwrap();
             assert_eq!(after, mem, "REDUCE leaves memory unchanged");
         }
     }
@@ -177,8 +176,7 @@ fn accumulate_with_idempotent_operators_matches_the_host_alu() {
             let o = run(&node, &accumulate_frame(dtype, alu, addr, &v, pairs));
             assert_eq!(o.action, XDP_TX, "{dtype:?} {alu:?}");
             assert_eq!(status_of(&o), Some(Status::Ok), "{dtype:?} {alu:?}");
-            let mut after = vec![0u8; mem.len()];
-            node.memory().read(addr, &mut after).unwrap();
+            let after = node.memory().read(addr, mem.len()).unwrap();
             assert_eq!(
                 after,
                 expected(dtype, alu, &mem, &v),
@@ -186,13 +184,12 @@ fn accumulate_with_idempotent_operators_matches_the_host_alu() {
             );
             // Idempotent: applying the same request again changes nothing.
             run(&node, &accumulate_frame(dtype, alu, addr, &v, pairs));
-            let mut again = vec![0u8; mem.len()];
-            node.memory().read(addr, &mut again).unwrap();
+            let again = node.memory().read(addr, mem.len()).unwrap();
             assert_eq!(again, after, "{dtype:?} {alu:?} applied twice");
             // The neighbours of the vector are untouched.
             let mut edges = [0u8; 8];
-            node.memory().read(addr - 4, &mut edges[..4]).unwrap();
-            node.memory().read(addr + 1440, &mut edges[4..]).unwrap();
+            node.memory().read_into(addr - 4, &mut edges[..4]).unwrap();
+            node.memory().read_into(addr + 1440, &mut edges[4..]).unwrap();
             assert_eq!(edges, [0; 8], "{dtype:?} {alu:?}");
         }
     }
@@ -216,13 +213,11 @@ fn accumulate_add_and_xor_match_the_host_alu_and_apply_once() {
             let seq = rng.next_u64() as u32;
             let f = accumulate_frame(dtype, alu, addr, &v, seq);
             assert_eq!(status_of(&run(&node, &f)), Some(Status::Ok), "{dtype:?} {alu:?}");
-            let mut after = vec![0u8; mem.len()];
-            node.memory().read(addr, &mut after).unwrap();
+            let after = node.memory().read(addr, mem.len()).unwrap();
             assert_eq!(after, expected(dtype, alu, &mem, &v), "{dtype:?} {alu:?}");
             // The retransmission (same seq) is a DUPLICATE and changes nothing.
             assert_eq!(status_of(&run(&node, &f)), Some(Status::Duplicate), "{dtype:?} {alu:?}");
-            let mut again = vec![0u8; mem.len()];
-            node.memory().read(addr, &mut again).unwrap();
+            let again = node.memory().read(addr, mem.len()).unwrap();
             assert_eq!(again, after, "{dtype:?} {alu:?} applied twice");
         }
     }
@@ -270,8 +265,7 @@ fn accumulate_loses_no_update_under_two_cpus() {
                 });
             }
         });
-        let mut m = vec![0u8; (REGIONS * 1440) as usize];
-        nodes[0].memory().read(base, &mut m).unwrap();
+        let m = nodes[0].memory().read(base, (REGIONS * 1440) as usize).unwrap();
         let full = if w == 8 { u64::MAX } else { u32::MAX as u64 };
         for (i, word) in m.chunks(w).enumerate() {
             let mut b = [0u8; 8];
@@ -323,13 +317,12 @@ fn vector_ops_match_the_host_alu_at_every_split() {
                     seq += 1;
                     let o = run(&node, &accumulate_frame(dtype, alu, addr, &v, seq));
                     assert_eq!(status_of(&o), Some(Status::Ok), "ACCUMULATE {what}");
-                    let mut after = vec![0u8; len];
-                    node.memory().read(addr, &mut after).unwrap();
+                    let after = node.memory().read(addr, len).unwrap();
                     assert_eq!(after, expected(dtype, alu, &mem, &v), "ACCUMULATE {what}");
                     // The neighbours are untouched.
                     let mut edges = [0u8; 8];
-                    node.memory().read(addr - 4, &mut edges[..4]).unwrap();
-                    node.memory().read(addr + len as u64, &mut edges[4..]).unwrap();
+                    node.memory().read_into(addr - 4, &mut edges[..4]).unwrap();
+                    node.memory().read_into(addr + len as u64, &mut edges[4..]).unwrap();
                     assert_eq!(edges, [0; 8], "ACCUMULATE {what}");
                 }
             }
@@ -382,8 +375,7 @@ fn accumulate_add_loses_no_update_under_two_cpus() {
                 });
             }
         });
-        let mut m = vec![0u8; 1440];
-        nodes[0].memory().read(base, &mut m).unwrap();
+        let m = nodes[0].memory().read(base, 1440).unwrap();
         for (i, e) in m.chunks(w).enumerate() {
             let mut b = [0u8; 8];
             b[..w].copy_from_slice(e);

@@ -334,8 +334,7 @@ fn fuzz(peers: &[Ipv4Addr]) {
             })
             .or_default() += 1;
         if i % 2_000 == 1_999 || i + 1 == frames {
-            let mut mem = vec![0u8; model.mem.len()];
-            node.memory().read(0, &mut mem).unwrap();
+            let mem = node.memory().read(0, model.mem.len()).unwrap();
             if mem != model.mem {
                 let at = mem.iter().zip(&model.mem).position(|(a, b)| a != b).unwrap();
                 fail(&format!("memory differs first at {at:#x} (checked after frame {i})"));

@@ -34,7 +34,7 @@ fn answer(o: &Outcome) -> (Status, Option<u64>) {
 
 fn word(node: &netdam_user::Node, addr: u64) -> u64 {
     let mut b = [0u8; 8];
-    node.memory().read(addr, &mut b).unwrap();
+    node.memory().read_into(addr, &mut b).unwrap();
     u64::from_le_bytes(b)
 }
 

@@ -107,12 +107,11 @@ fn write_then_read_back_through_the_mmap() {
     let req = frame(&hdr(Opcode::Write, RKEY_RW, RW.base + 8, 1440), &data);
     let o = run(&node, &req);
     assert_eq!(o.action, XDP_DROP, "a WRITE without ACK_REQ is consumed silently");
-    let mut mem = vec![0u8; 1440];
-    node.memory().read(RW.base + 8, &mut mem).unwrap();
+    let mem = node.memory().read(RW.base + 8, 1440).unwrap();
     assert_eq!(mem, data);
     // Neighbouring bytes untouched.
     let mut edge = [0xEEu8; 8];
-    node.memory().read(RW.base, &mut edge).unwrap();
+    node.memory().read_into(RW.base, &mut edge).unwrap();
     assert_eq!(edge, [0; 8]);
 
     let mut h = hdr(Opcode::Write, RKEY_RW, RW.base + 8, 4);
@@ -142,8 +141,7 @@ fn writes_and_reads_cross_memory_chunk_boundaries() {
         h.flags = flags::ACK_REQ;
         let req = frame(&h, &data);
         answered(&run(&node, &req), &req, Status::Ok);
-        let mut mem = vec![0u8; 1440];
-        node.memory().read(start, &mut mem).unwrap();
+        let mem = node.memory().read(start, 1440).unwrap();
         assert_eq!(mem, data, "write at {start:#x}");
         // And the data path reads back what the host placed.
         let host = random_bytes(1440, 100 + i as u64);
@@ -203,8 +201,7 @@ fn bounds_are_exact_to_the_byte() {
 
 /// The whole 1 MiB memory, to prove that a refused request changed nothing.
 fn snapshot(node: &netdam_user::Node) -> Vec<u8> {
-    let mut m = vec![0u8; node.memory().len()];
-    node.memory().read(0, &mut m).unwrap();
+    let m = node.memory().read(0, node.memory().len()).unwrap();
     m
 }
 

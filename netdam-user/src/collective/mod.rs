@@ -286,7 +286,8 @@ pub trait MemberNode {
     fn ipv4(&self) -> Ipv4Addr;
     /// Bytes of memory.
     fn mem_len(&self) -> usize;
-    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), ControllerError>;
+    /// Copies `out.len()` bytes at `addr` out of the node's memory.
+    fn read_into(&self, addr: u64, out: &mut [u8]) -> Result<(), ControllerError>;
     fn write(&self, addr: u64, data: &[u8]) -> Result<(), ControllerError>;
     fn set_generation(&mut self, rkey: u32, generation: u32) -> Result<(), ControllerError>;
     /// The node's injector, if it has one (an XDP node that pinned it).
@@ -306,8 +307,8 @@ impl MemberNode for LocalNode {
     fn mem_len(&self) -> usize {
         self.memory().len()
     }
-    fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), ControllerError> {
-        self.memory().read(addr, out)
+    fn read_into(&self, addr: u64, out: &mut [u8]) -> Result<(), ControllerError> {
+        self.memory().read_into(addr, out)
     }
     fn write(&self, addr: u64, data: &[u8]) -> Result<(), ControllerError> {
         self.memory().write(addr, data)
@@ -598,7 +599,7 @@ impl<N: MemberNode> Collective<N> {
     fn sync_slots(&self) -> Result<Vec<u64>, CollectiveError> {
         let (addr, _) = self.sync_range();
         let mut b = vec![0u8; SYNC_SLOT as usize * self.group.members.len()];
-        self.node.read(addr, &mut b)?;
+        self.node.read_into(addr, &mut b)?;
         Ok(b.chunks(8)
             .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
             .collect())
@@ -656,7 +657,7 @@ impl<N: MemberNode> Collective<N> {
             let (off, len) = plan.span(mine[i]);
             let at = buf.len();
             buf.resize(at + len, 0);
-            if let Err(e) = node.read(op.input_addr + off, &mut buf[at..]) {
+            if let Err(e) = node.read_into(op.input_addr + off, &mut buf[at..]) {
                 read_failed.get_or_insert(e);
             }
         };
