@@ -815,6 +815,44 @@ fn handover_vectors(g: &mut Gen) {
     );
 }
 
+/// ATOMIC alone reads and writes words that READ and WRITE would not
+/// (docs/conformance.md 23): the RO region with only the `a` bit.
+fn atomic_permission_vectors(g: &mut Gen) {
+    let atomic_only = NodeCfg {
+        regions: default_node()
+            .regions
+            .into_iter()
+            .map(|r| match r.rkey {
+                RKEY_RO => RegionCfg {
+                    perms: perm::ATOMIC,
+                    ..r
+                },
+                _ => r,
+            })
+            .collect(),
+        ..default_node()
+    };
+    let read = g.frame(&req(Opcode::Read, RKEY_RO, RO_BASE, 8), &[0u8; 8]);
+    let write = g.frame(&acked(req(Opcode::Write, RKEY_RO, RO_BASE, 8)), &7u64.to_le_bytes());
+    let mut h = req(Opcode::FetchAdd, RKEY_RO, RO_BASE, 8);
+    h.set_seq(1);
+    let fetch_add = g.frame(&h, &1u64.to_le_bytes());
+    let mut h = req(Opcode::Cas, RKEY_RO, RO_BASE + 8, 16);
+    h.set_seq(2);
+    let cas_read = g.frame(&h, &[0u8; 16]);
+    let mut h = acked(vector_req(Opcode::Accumulate, Dtype::U32, Alu::And, RO_BASE + 8, 8));
+    h.set_rkey(RKEY_RO);
+    let and_zero = g.frame(&h, &[0u8; 8]);
+    g.case(
+        "atomic_only_region_reads_and_writes_words",
+        "§3: a region with ATOMIC alone refuses READ and WRITE (FORBIDDEN), but FETCH_ADD answers the old value and adds, a CAS that misses answers a word unchanged, and ACCUMULATE AND 0 clears it (docs/conformance.md 23)",
+        &atomic_only,
+        &[(RO_BASE, [100u64.to_le_bytes(), 0xDEAD_BEEFu64.to_le_bytes()].concat())],
+        vec![read, write, fetch_add, cas_read, and_zero],
+        &[(RO_BASE, 16)],
+    );
+}
+
 fn end_of_rw() -> u64 {
     RW_BASE + RW_SIZE
 }
@@ -1564,6 +1602,7 @@ pub fn generate() -> Vec<Vector> {
     );
     chain_vectors(&mut g);
     handover_vectors(&mut g);
+    atomic_permission_vectors(&mut g);
     g.vectors
 }
 
