@@ -3,7 +3,7 @@
 //! AF_XDP socket binds to its queue 0). CHAIN next hops come from the peer
 //! table's MACs (`Node::bind_peer_macs`), not from the kernel.
 
-use std::{fs::File, net::Ipv4Addr, process::Command};
+use std::{fs::File, marker::PhantomData, net::Ipv4Addr, process::Command};
 
 use aya::programs::{TestRun, TestRunOptions};
 use netdam_user::Node;
@@ -30,15 +30,6 @@ fn ip(args: &[&str]) {
 
 fn mac_text(m: &[u8; 6]) -> String {
     m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
-}
-
-/// Runs `f` with the calling thread inside the namespace of `file`.
-fn inside<T>(file: &File, f: impl FnOnce() -> T) -> T {
-    let own = File::open("/proc/thread-self/ns/net").expect("this thread's netns");
-    nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns into the test netns");
-    let r = f();
-    nix::sched::setns(&own, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns back");
-    r
 }
 
 impl RunNetns {
@@ -69,35 +60,76 @@ impl RunNetns {
         ip(&["-n", &n, "link", "set", "nd1", "up"]);
         ip(&["-n", &n, "addr", "add", &format!("{addr}/24"), "dev", "nd0"]);
         // SAFETY: a NUL-terminated name.
-        ns.ifindex = inside(&ns.file, || unsafe { libc::if_nametoindex(c"nd0".as_ptr()) });
+        ns.ifindex = ns.enter(|| unsafe { libc::if_nametoindex(c"nd0".as_ptr()) });
         assert!(ns.ifindex != 0, "nd0 has no ifindex");
         ns
     }
 
     /// Runs `f` inside the namespace (e.g. to bind an AF_XDP socket to `nd0`).
     pub fn enter<T>(&self, f: impl FnOnce() -> T) -> T {
-        inside(&self.file, f)
+        let _inside = self.inside();
+        f()
+    }
+
+    /// The calling thread inside the namespace until the guard drops (also
+    /// on panic): for many frames, as entering costs more than a test run.
+    pub fn inside(&self) -> Inside<'_> {
+        let own = File::open("/proc/thread-self/ns/net").expect("this thread's netns");
+        nix::sched::setns(&self.file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns into the test netns");
+        Inside {
+            ns: self,
+            own,
+            _thread: PhantomData,
+        }
     }
 
     /// Runs one frame through the program as if it had arrived on `nd0`.
     pub fn run(&self, node: &Node, frame: &[u8]) -> Outcome {
+        self.inside().run(node, frame)
+    }
+}
+
+/// The calling thread inside a `RunNetns`; back in its own namespace on drop.
+pub struct Inside<'a> {
+    ns: &'a RunNetns,
+    own: File,
+    /// A namespace is the thread's: the guard stays on it.
+    _thread: PhantomData<*const ()>,
+}
+
+impl Inside<'_> {
+    /// Runs one frame through the program as if it had arrived on `nd0`.
+    pub fn run(&self, node: &Node, frame: &[u8]) -> Outcome {
         // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex.
-        let md: [u32; 6] = [0, frame.len() as u32, 0, self.ifindex, 0, 0];
-        let ctx: Vec<u8> = md.iter().flat_map(|v| v.to_ne_bytes()).collect();
+        let md: [u32; 6] = [0, frame.len() as u32, 0, self.ns.ifindex, 0, 0];
+        let mut ctx = [0u8; 24];
+        for (c, v) in ctx.chunks_exact_mut(4).zip(md) {
+            c.copy_from_slice(&v.to_ne_bytes());
+        }
         let mut out = vec![0u8; frame.len() + 256];
-        let r = inside(&self.file, || {
-            let opts = TestRunOptions {
-                data_in: Some(frame),
-                data_out: Some(&mut out),
-                ctx_in: Some(&ctx),
-                ..Default::default()
-            };
-            node.program().test_run(opts).expect("BPF_PROG_TEST_RUN")
-        });
+        let opts = TestRunOptions {
+            data_in: Some(frame),
+            data_out: Some(&mut out),
+            ctx_in: Some(&ctx),
+            ..Default::default()
+        };
+        let r = node.program().test_run(opts).expect("BPF_PROG_TEST_RUN");
         out.truncate(r.data_size_out as usize);
         Outcome {
             action: r.return_value,
             frame: out,
+        }
+    }
+}
+
+impl Drop for Inside<'_> {
+    fn drop(&mut self) {
+        // A thread left in the test namespace must not go on, but a second
+        // panic while unwinding would abort.
+        if let Err(e) = nix::sched::setns(&self.own, nix::sched::CloneFlags::CLONE_NEWNET) {
+            if !std::thread::panicking() {
+                panic!("setns back: {e}");
+            }
         }
     }
 }

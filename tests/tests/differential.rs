@@ -4,20 +4,34 @@
 //! any difference in verdict, output frame, counters or memory fails with
 //! the seed and the frame.
 //!
-//! NETDAM_FUZZ_FRAMES and NETDAM_FUZZ_SEED override the frame count (50,000)
-//! and the seed.
+//! NETDAM_FUZZ_FRAMES and NETDAM_FUZZ_SEED override the frame count per
+//! variant (50,000) and the seed; runs of many frames print progress lines.
+//!
+//! Verdicts and frames are compared after every frame; memory and counters
+//! every CHECK_EVERY frames, and a difference found there is traced to the
+//! first frame after which they differ by replaying the seed.
 
-use std::net::Ipv4Addr;
+use std::{
+    collections::BTreeMap,
+    net::Ipv4Addr,
+    time::{Duration, Instant},
+};
 
 use netdam_common::{
-    chain::{HopOp, Segment, SrFixed, MAX_SEGMENTS},
+    chain::{HopOp, Segment, SrFixed, MAX_SEGMENTS, SR_FIXED_LEN},
+    counters::{op_status, Event},
     frame::{udp_frame, Endpoint, Ipv4Opts},
-    model::{Action, ModelNode},
-    wire::{flags, DEFAULT_PORT},
-    NetdamHdr,
+    model::{self, Action, ModelNode},
+    wire::{flags, DEFAULT_PORT, HDR_LEN},
+    NetdamHdr, Opcode, Status,
 };
-use netdam_tests::{cengine::CEngine, progrun::*, runns::RunNetns, unique_prefix, Rng};
-use netdam_user::NodeSpec;
+use netdam_tests::{
+    cengine::CEngine,
+    progrun::*,
+    runns::{Inside, RunNetns},
+    unique_prefix, Rng,
+};
+use netdam_user::{stats::Stats, Node, NodeSpec};
 
 const MEM: u64 = 1 << 20;
 
@@ -227,9 +241,15 @@ fn generate(rng: &mut Rng) -> Vec<u8> {
     f
 }
 
+/// Frames between comparisons of memory and counters (a 1 MiB compare and
+/// 256 map reads each: per frame they would cost more than the frame).
+const CHECK_EVERY: u64 = 2_000;
+/// Time between progress lines.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
 #[test]
 fn model_and_xdp_program_agree_frame_by_frame() {
-    fuzz(&[]);
+    fuzz_variant("no peers", &[]);
 }
 
 /// With a peer table: CHAIN runs, peers are bound to their MACs, and
@@ -237,13 +257,38 @@ fn model_and_xdp_program_agree_frame_by_frame() {
 #[test]
 fn model_and_xdp_program_agree_frame_by_frame_with_a_peer_table() {
     let peers: Vec<Ipv4Addr> = NEIGHBOURS.iter().map(|(ip, _)| *ip).chain([UNRESOLVED]).collect();
-    fuzz(&peers);
+    fuzz_variant("peer table", &peers);
+}
+
+/// A byte of the XDP program's memory that no request can reach, flipped
+/// after one frame: the checkpoint after it must see the difference and
+/// the replay must name that frame, not the checkpoint.
+#[test]
+fn a_memory_difference_is_traced_to_the_frame_after_which_it_appeared() {
+    let fault = Fault {
+        after: 2_345,
+        addr: spec().mem_size - 1,
+    };
+    let ns = RunNetns::new(&unique_prefix(), NODE.mac, NODE.ip);
+    let inside = ns.inside();
+    let failure = fuzz(&node_spec(&[]), &inside, 5_000, 0x5EED_0001, Some(fault), "fault")
+        .expect_err("a flipped byte of memory went unnoticed");
+    assert_eq!(failure.frame, fault.after, "{failure}");
+    assert!(failure.what.contains("memory differs first at 0xfffff"), "{failure}");
+}
+
+/// The fuzzed node with `peers`.
+fn node_spec(peers: &[Ipv4Addr]) -> NodeSpec {
+    NodeSpec {
+        peers: peers.to_vec(),
+        ..spec()
+    }
 }
 
 /// Fuzzes the node configured with `peers` (NETDAM_FUZZ_FRAMES frames from
-/// NETDAM_FUZZ_SEED): the XDP program, the model and the C engine must
-/// agree on every verdict and frame, and on memory and counters.
-fn fuzz(peers: &[Ipv4Addr]) {
+/// NETDAM_FUZZ_SEED) and prints a summary; the generator must have reached
+/// every verdict and, with peers, CHAIN hops.
+fn fuzz_variant(label: &str, peers: &[Ipv4Addr]) {
     let frames: u64 = std::env::var("NETDAM_FUZZ_FRAMES")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -252,117 +297,24 @@ fn fuzz(peers: &[Ipv4Addr]) {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(0x5EED_0001);
-    let s = NodeSpec {
-        peers: peers.to_vec(),
-        ..spec()
-    };
-    let mut node = load(&s);
-    node.set_generation(RKEY_RW, GENERATION).unwrap();
-    node.bind_peer_macs(&NEIGHBOURS).unwrap();
     let ns = RunNetns::new(&unique_prefix(), NODE.mac, NODE.ip);
-    let mut model = ModelNode::new(
-        s.mac,
-        s.ipv4,
-        s.port,
-        s.mtu,
-        s.verify_csum,
-        s.regions.clone(),
-        s.peers.clone(),
-        s.mem_size as usize,
-        s.window_sources as usize,
-    );
-    model.generations.insert(RKEY_RW, GENERATION);
-    model.neighbours.extend(NEIGHBOURS);
-    let mut engine = CEngine::new(&s, &NEIGHBOURS, &[(RKEY_RW, GENERATION)]);
-    let mut counters = vec![0u64; netdam_common::counters::COUNTER_SLOTS as usize];
-    let mut rng = Rng(seed | 1);
-    let mut seen = std::collections::BTreeMap::<&str, u64>::new();
-    let started = std::time::Instant::now();
-    // Recent frames, resent now and then as retransmissions, so that the
-    // at-most-once window's repeats and stale answers are compared too.
-    let mut recent: Vec<Vec<u8>> = Vec::new();
-    for i in 0..frames {
-        let f = if !recent.is_empty() && rng.chance(10) {
-            recent[rng.below(recent.len() as u64) as usize].clone()
-        } else {
-            let f = generate(&mut rng);
-            if recent.len() < 64 {
-                recent.push(f.clone());
-            } else {
-                recent[rng.below(64) as usize] = f.clone();
-            }
-            f
-        };
-        let want = model.process(&f);
-        let got = ns.run(&node, &f);
-        let fail = |what: &str| -> ! {
-            let hex: String = f.iter().map(|b| format!("{b:02x}")).collect();
-            panic!(
-                "frame {i} of seed {seed:#x}: {what}\nframe: {hex}\nmodel: {want:?}\nxdp action {} frame {:02x?}",
-                got.action, got.frame
-            )
-        };
-        let action = match got.action {
-            XDP_PASS => Action::Pass,
-            XDP_DROP => Action::Drop,
-            XDP_TX => Action::Tx,
-            XDP_REDIRECT => Action::Redirect,
-            other => fail(&format!("unexpected XDP action {other}")),
-        };
-        if action != want.action {
-            fail("verdicts differ");
-        }
-        if action != Action::Drop && got.frame != want.frame {
-            fail("output frames differ");
-        }
-        let (c_action, c_frame) = engine.process(&f);
-        if c_action != want.action {
-            fail(&format!("the C engine's verdict differs: {c_action:?}"));
-        }
-        if c_action != Action::Drop && c_frame != want.frame {
-            fail(&format!("the C engine's output frame differs: {c_frame:02x?}"));
-        }
-        for c in &want.counters {
-            counters[*c as usize] += 1;
-        }
-        *seen
-            .entry(match want.action {
-                Action::Pass => "pass",
-                Action::Drop => "drop",
-                Action::Tx => "tx",
-                Action::Redirect => "redirect",
-            })
-            .or_default() += 1;
-        if i % 2_000 == 1_999 || i + 1 == frames {
-            let mem = node.memory().read(0, model.mem.len()).unwrap();
-            if mem != model.mem {
-                let at = mem.iter().zip(&model.mem).position(|(a, b)| a != b).unwrap();
-                fail(&format!("memory differs first at {at:#x} (checked after frame {i})"));
-            }
-            if node.counters().unwrap() != counters {
-                fail("counters differ");
-            }
-            if engine.mem != model.mem {
-                let at = engine.mem.iter().zip(&model.mem).position(|(a, b)| a != b).unwrap();
-                fail(&format!(
-                    "the C engine's memory differs first at {at:#x} (checked after frame {i})"
-                ));
-            }
-            if engine.counters() != counters {
-                fail("the C engine's counters differ");
-            }
-        }
-    }
-    let stats = netdam_user::stats::Stats::from_counters(&counters);
-    let chain_ok = stats.requests("CHAIN", netdam_common::Status::Ok);
-    let forwarded = stats.event(netdam_common::counters::Event::ChainForwarded);
+    let inside = ns.inside();
+    let tally = fuzz(&node_spec(peers), &inside, frames, seed, None, label).unwrap_or_else(|f| panic!("{f}"));
+    let stats = Stats::from_counters(&tally.counters);
+    let chain_ok = stats.requests("CHAIN", Status::Ok);
+    let forwarded = stats.event(Event::ChainForwarded);
+    let secs = tally.elapsed.as_secs_f64();
+    let [sent, ran, longest_forwarded] = tally.longest;
     println!(
-        "{frames} frames (seed {seed:#x}) in {:.1} s: {seen:?}; CHAIN hops OK {chain_ok}, forwarded {forwarded}",
-        started.elapsed().as_secs_f64()
+        "{label}: {frames} frames (seed {seed:#x}) in {secs:.1} s, {:.0} frames/s; {:?}; CHAIN hops OK {chain_ok}, \
+         forwarded {forwarded}; CHAIN programs of {MAX_SEGMENTS} segments: {sent} sent, {ran} ran a hop, \
+         {longest_forwarded} forwarded",
+        frames as f64 / secs,
+        tally.verdicts,
     );
     if peers.is_empty() {
         // Without peers no CHAIN runs: each is dropped and counted.
-        let refused = stats.event(netdam_common::counters::Event::DropChainNoPeers);
+        let refused = stats.event(Event::DropChainNoPeers);
         assert!(
             chain_ok == 0 && forwarded == 0 && refused > frames / 100,
             "CHAIN without peers: {chain_ok} hops ran, {forwarded} forwarded, {refused} refused"
@@ -375,14 +327,315 @@ fn fuzz(peers: &[Ipv4Addr]) {
             chain_ok > frames / 400 && forwarded > frames / 1000,
             "too few CHAIN hops ran ({chain_ok}) or were forwarded ({forwarded})"
         );
-        let spoofed = stats.event(netdam_common::counters::Event::DropPeerMac);
+        let spoofed = stats.event(Event::DropPeerMac);
         assert!(spoofed > frames / 100, "too few spoofed peers were dropped ({spoofed})");
     }
     // The generator must reach every verdict, or the comparison proves little.
     for v in ["pass", "drop", "tx"] {
         assert!(
-            seen.get(v).copied().unwrap_or(0) > frames / 50,
-            "too few {v} verdicts: {seen:?}"
+            tally.verdicts.get(v).copied().unwrap_or(0) > frames / 50,
+            "too few {v} verdicts: {:?}",
+            tally.verdicts
         );
+    }
+}
+
+/// The first frame after which the implementations disagree.
+#[derive(Debug)]
+struct Failure {
+    seed: u64,
+    frame: u64,
+    what: String,
+    hex: String,
+}
+
+impl Failure {
+    fn new(seed: u64, frame: u64, f: &[u8], what: String) -> Failure {
+        Failure {
+            seed,
+            frame,
+            what,
+            hex: f.iter().map(|b| format!("{b:02x}")).collect(),
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, out: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            out,
+            "frame {} of seed {:#x}: {}\nframe: {}",
+            self.frame, self.seed, self.what, self.hex
+        )
+    }
+}
+
+/// What a run saw.
+#[derive(Debug)]
+struct Tally {
+    verdicts: BTreeMap<&'static str, u64>,
+    /// CHAIN programs of MAX_SEGMENTS segments: sent, ran a hop, forwarded.
+    longest: [u64; 3],
+    /// The counters, as the model bumped them.
+    counters: Vec<u64>,
+    elapsed: Duration,
+}
+
+/// A difference made on purpose: this byte of the XDP program's memory
+/// flipped after this frame.
+#[derive(Clone, Copy)]
+struct Fault {
+    after: u64,
+    addr: u64,
+}
+
+/// `frames` frames of `seed` through the model, the XDP program and the C
+/// engine configured as `s`, with progress lines under `label`.
+fn fuzz(
+    s: &NodeSpec,
+    inside: &Inside,
+    frames: u64,
+    seed: u64,
+    fault: Option<Fault>,
+    label: &str,
+) -> Result<Tally, Failure> {
+    let mut trio = Trio::new(s, fault);
+    let mut stream = Frames::new(seed);
+    let mut tally = Tally {
+        verdicts: BTreeMap::new(),
+        longest: [0; 3],
+        counters: Vec::new(),
+        elapsed: Duration::ZERO,
+    };
+    let started = Instant::now();
+    let mut next_line = started + PROGRESS_EVERY;
+    // The last frame after which memory and counters agreed.
+    let mut agreed = None;
+    for i in 0..frames {
+        let f = stream.next();
+        let want = trio
+            .step(inside, i, &f)
+            .map_err(|what| Failure::new(seed, i, &f, what))?;
+        *tally.verdicts.entry(verdict_name(want.action)).or_default() += 1;
+        if sr_segments(&f) == Some(MAX_SEGMENTS as u8) {
+            tally.longest[0] += 1;
+            tally.longest[1] += want.counters.contains(&op_status(Opcode::Chain as u8, Status::Ok)) as u64;
+            tally.longest[2] += want.counters.contains(&(Event::ChainForwarded as u32)) as u64;
+        }
+        if (i + 1) % CHECK_EVERY == 0 || i + 1 == frames {
+            if let Err(what) = trio.check_state() {
+                // One C engine per process: the replay needs this one gone.
+                drop(trio);
+                return Err(trace(s, inside, seed, fault, agreed, i, what));
+            }
+            agreed = Some(i);
+        }
+        if i % 4096 == 0 && Instant::now() >= next_line {
+            next_line += PROGRESS_EVERY;
+            let secs = started.elapsed().as_secs_f64();
+            let rate = i as f64 / secs;
+            let eta = ((frames - i) as f64 / rate) as u64;
+            println!(
+                "{label}: {i}/{frames} frames ({:.1}%), {rate:.0} frames/s, ETA {} min {:02} s",
+                100.0 * i as f64 / frames as f64,
+                eta / 60,
+                eta % 60
+            );
+        }
+    }
+    tally.counters = trio.counters;
+    tally.elapsed = started.elapsed();
+    Ok(tally)
+}
+
+/// Memory or counters differed (`what`) at the check after frame `at`, and
+/// agreed after frame `agreed`: replays the seed from a fresh start, now
+/// checking after every frame past `agreed`, to name the first frame after
+/// which they differ.
+fn trace(
+    s: &NodeSpec,
+    inside: &Inside,
+    seed: u64,
+    fault: Option<Fault>,
+    agreed: Option<u64>,
+    at: u64,
+    what: String,
+) -> Failure {
+    println!("memory or counters differ after frame {at}: replaying frames 0..={at} to find the first that differs");
+    let mut trio = Trio::new(s, fault);
+    let mut stream = Frames::new(seed);
+    let mut f = Vec::new();
+    for i in 0..=at {
+        f = stream.next();
+        let replayed = trio.step(inside, i, &f).and_then(|_| {
+            if agreed.is_none_or(|a| i > a) {
+                trio.check_state()
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(what) = replayed {
+            return Failure::new(seed, i, &f, what);
+        }
+    }
+    Failure::new(
+        seed,
+        at,
+        &f,
+        format!("{what} (the replay did not reproduce it: not deterministic?)"),
+    )
+}
+
+fn verdict_name(a: Action) -> &'static str {
+    match a {
+        Action::Pass => "pass",
+        Action::Drop => "drop",
+        Action::Tx => "tx",
+        Action::Redirect => "redirect",
+    }
+}
+
+/// The segment count in a CHAIN frame's SR header, if it has one.
+fn sr_segments(f: &[u8]) -> Option<u8> {
+    let udp = 14 + 4 * (f.get(14)? & 0x0F) as usize;
+    let h = NetdamHdr::from_bytes(f.get(udp + 8..)?)?;
+    if h.opcode != Opcode::Chain as u8 || (h.sr_len as usize) < SR_FIXED_LEN {
+        return None;
+    }
+    f.get(udp + 8 + HDR_LEN).copied()
+}
+
+/// The frames of a seed: new ones, and now and then a recent one again as
+/// a retransmission, so that the at-most-once window's repeats and stale
+/// answers are compared too.
+struct Frames {
+    rng: Rng,
+    recent: Vec<Vec<u8>>,
+}
+
+impl Frames {
+    fn new(seed: u64) -> Frames {
+        Frames {
+            rng: Rng(seed | 1),
+            recent: Vec::with_capacity(64),
+        }
+    }
+
+    fn next(&mut self) -> Vec<u8> {
+        let rng = &mut self.rng;
+        if !self.recent.is_empty() && rng.chance(10) {
+            return self.recent[rng.below(self.recent.len() as u64) as usize].clone();
+        }
+        let f = generate(rng);
+        if self.recent.len() < 64 {
+            self.recent.push(f.clone());
+        } else {
+            self.recent[rng.below(64) as usize] = f.clone();
+        }
+        f
+    }
+}
+
+/// The XDP program, the model and the C engine, configured alike.
+struct Trio {
+    node: Node,
+    model: ModelNode,
+    engine: CEngine,
+    /// The counters as the model bumped them.
+    counters: Vec<u64>,
+    fault: Option<Fault>,
+}
+
+impl Trio {
+    fn new(s: &NodeSpec, fault: Option<Fault>) -> Trio {
+        let mut node = load(s);
+        node.set_generation(RKEY_RW, GENERATION).unwrap();
+        node.bind_peer_macs(&NEIGHBOURS).unwrap();
+        let mut model = ModelNode::new(
+            s.mac,
+            s.ipv4,
+            s.port,
+            s.mtu,
+            s.verify_csum,
+            s.regions.clone(),
+            s.peers.clone(),
+            s.mem_size as usize,
+            s.window_sources as usize,
+        );
+        model.generations.insert(RKEY_RW, GENERATION);
+        model.neighbours.extend(NEIGHBOURS);
+        Trio {
+            node,
+            model,
+            engine: CEngine::new(s, &NEIGHBOURS, &[(RKEY_RW, GENERATION)]),
+            counters: vec![0; netdam_common::counters::COUNTER_SLOTS as usize],
+            fault,
+        }
+    }
+
+    /// Frame number `i` through all three: the model's outcome, or how the
+    /// others differ from it (verdict or output frame).
+    fn step(&mut self, inside: &Inside, i: u64, f: &[u8]) -> Result<model::Outcome, String> {
+        let want = self.model.process(f);
+        let got = inside.run(&self.node, f);
+        let differs = |what: &str| {
+            Err(format!(
+                "{what}\nmodel: {want:?}\nxdp action {} frame {:02x?}",
+                got.action, got.frame
+            ))
+        };
+        let action = match got.action {
+            XDP_PASS => Action::Pass,
+            XDP_DROP => Action::Drop,
+            XDP_TX => Action::Tx,
+            XDP_REDIRECT => Action::Redirect,
+            other => return differs(&format!("unexpected XDP action {other}")),
+        };
+        if action != want.action {
+            return differs("verdicts differ");
+        }
+        if action != Action::Drop && got.frame != want.frame {
+            return differs("output frames differ");
+        }
+        let (c_action, c_frame) = self.engine.process(f);
+        if c_action != want.action {
+            return differs(&format!("the C engine's verdict differs: {c_action:?}"));
+        }
+        if c_action != Action::Drop && c_frame != want.frame {
+            return differs(&format!("the C engine's output frame differs: {c_frame:02x?}"));
+        }
+        for c in &want.counters {
+            self.counters[*c as usize] += 1;
+        }
+        if let Some(fault) = self.fault.filter(|x| x.after == i) {
+            let mem = self.node.memory();
+            let mut b = [0u8];
+            mem.read_into(fault.addr, &mut b).unwrap();
+            mem.write(fault.addr, &[!b[0]]).unwrap();
+        }
+        Ok(want)
+    }
+
+    /// The XDP program's and the C engine's memory and counters against
+    /// the model's.
+    fn check_state(&self) -> Result<(), String> {
+        // A memcmp first; the byte-wise search only for the report.
+        let first_difference = |mem: &[u8]| {
+            (mem != self.model.mem).then(|| mem.iter().zip(&self.model.mem).position(|(a, b)| a != b).unwrap())
+        };
+        let xdp_mem = self.node.memory().read(0, self.model.mem.len()).unwrap();
+        if let Some(at) = first_difference(&xdp_mem) {
+            return Err(format!("memory differs first at {at:#x}"));
+        }
+        if self.node.counters().unwrap() != self.counters {
+            return Err("counters differ".into());
+        }
+        if let Some(at) = first_difference(&self.engine.mem) {
+            return Err(format!("the C engine's memory differs first at {at:#x}"));
+        }
+        if self.engine.counters() != self.counters {
+            return Err("the C engine's counters differ".into());
+        }
+        Ok(())
     }
 }

@@ -70,9 +70,12 @@ enum Cmd {
     },
     /// Regenerate tests/vectors/ (the conformance vectors) from the reference model.
     Vectors,
-    /// Differential fuzzing: N seeded frames through the reference model and
-    /// the XDP program side by side (root); prints the seed and frame of any difference.
+    /// Differential fuzzing: N seeded frames through the reference model, the
+    /// XDP program and the C engine side by side (root), half without peers and
+    /// half with a peer table, one after the other; prints progress, a summary
+    /// per half, and the seed and frame of any difference.
     Fuzz {
+        /// Frames in all (half per variant).
         #[arg(long, default_value_t = 1_000_000)]
         frames: u64,
         #[arg(long, default_value_t = 0x5EED_0001)]
@@ -236,10 +239,11 @@ fn run(cli: Cli) -> Result<()> {
             setup::run()?;
             build(&root)?;
             setup::require_root("cargo xtask fuzz")?;
-            println!("==> fuzz: {frames} frames, seed {seed:#x}");
+            let per_variant = frames.div_ceil(2);
+            println!("==> fuzz: {frames} frames ({per_variant} without peers, {per_variant} with a peer table), seed {seed:#x}");
             cmd(cargo()
                 .current_dir(&root)
-                .env("NETDAM_FUZZ_FRAMES", frames.to_string())
+                .env("NETDAM_FUZZ_FRAMES", per_variant.to_string())
                 .env("NETDAM_FUZZ_SEED", seed.to_string())
                 .args([
                     "test",
@@ -250,6 +254,8 @@ fn run(cli: Cli) -> Result<()> {
                     "differential",
                     "--",
                     "--nocapture",
+                    // One variant at a time: they share the one C engine anyway.
+                    "--test-threads=1",
                 ]))
         }
         Cmd::Bench { which } => {
