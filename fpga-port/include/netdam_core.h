@@ -34,6 +34,7 @@ typedef struct {
     bool verify_csum;   /* verify the IPv4 header checksum and the UDP checksum (zero is dropped) */
     bool receiver;      /* the host has a receiver for MSG and WRITE_NOTIFY */
     uint32_t window_sources; /* at-most-once windows held, at most NETDAM_WINDOW_SOURCES */
+    uint32_t window_per_source; /* windows one source IPv4 address may hold (its ports and hops together) */
 } netdam_config_t;
 
 /* Counter indices: one per (opcode slot, status), then one per event, as
@@ -66,13 +67,16 @@ enum netdam_event {
     NETDAM_EV_DROP_MEM_COPY_FAILED,  /* XDP only (a helper refused a copy): never counted here */
     NETDAM_EV_BAD_KEY_LIMITED,       /* XDP only (--bad-key-limit): never counted here; the engine answers every BAD_KEY */
     NETDAM_EV_DROP_BAD_KEY_LOCKOUT,  /* XDP only (--bad-key-limit): never counted here */
-    NETDAM_EV_PASS_SPLIT_STRANGER    /* XDP only (header split, section 9): never counted here */
+    NETDAM_EV_PASS_SPLIT_STRANGER,   /* XDP only (header split, section 9): never counted here */
+    NETDAM_EV_WINDOW_SOURCE_FULL,    /* a new source whose IPv4 address holds window_per_source windows */
+    NETDAM_EV_DROP_WINDOW_RETIRING   /* XDP only (the sweep removing a window): never counted here */
 };
 _Static_assert(NETDAM_EV_DROP_PEER_UNRESOLVED == 205u && NETDAM_EV_DROP_MEM_COPY_FAILED == 214u &&
                    NETDAM_EV_BAD_KEY_LIMITED == 215u && NETDAM_EV_DROP_BAD_KEY_LOCKOUT == 216u &&
-                   NETDAM_EV_PASS_SPLIT_STRANGER == 217u,
+                   NETDAM_EV_PASS_SPLIT_STRANGER == 217u && NETDAM_EV_WINDOW_SOURCE_FULL == 218u &&
+                   NETDAM_EV_DROP_WINDOW_RETIRING == 219u,
                "event indices as in netdam-common/src/counters.rs");
-_Static_assert(NETDAM_EV_PASS_SPLIT_STRANGER < NETDAM_COUNTER_SLOTS, "every event has a counter");
+_Static_assert(NETDAM_EV_DROP_WINDOW_RETIRING < NETDAM_COUNTER_SLOTS, "every event has a counter");
 
 /* Host side: empties every table and sets the configuration. */
 void netdam_reset(const netdam_config_t *cfg);

@@ -272,17 +272,29 @@ static bool serial_lt(uint32_t a, uint32_t b) { return a != b && (int32_t)(b - a
 
 enum claim { CLAIM_EXECUTE, CLAIM_REPEAT, CLAIM_STALE, CLAIM_FULL };
 
-/* Finds or makes the window of a source; its index, or -1 when the table is full. */
+/* window_of's answers other than an index. */
+#define WINDOW_TABLE_FULL (-1)
+#define WINDOW_SOURCE_FULL (-2)
+
+/* Finds or makes the window of a source; its index, WINDOW_SOURCE_FULL when
+ * the source's IPv4 address holds window_per_source windows already (checked
+ * first), or WINDOW_TABLE_FULL when the table is full. */
 static int32_t window_of(uint32_t ip, uint16_t port, uint16_t hop)
 {
-    uint32_t i, j;
+    uint32_t i, j, held = 0;
     for (i = 0; i < NETDAM_WINDOW_SOURCES; i++) {
-        if (windows[i].used && windows[i].ip == ip && windows[i].port == port && windows[i].hop == hop) {
-            return (int32_t)i;
+        if (windows[i].used && windows[i].ip == ip) {
+            if (windows[i].port == port && windows[i].hop == hop) {
+                return (int32_t)i;
+            }
+            held++;
         }
     }
+    if (held >= cfg.window_per_source) {
+        return WINDOW_SOURCE_FULL;
+    }
     if (window_count >= cfg.window_sources) {
-        return -1;
+        return WINDOW_TABLE_FULL;
     }
     for (i = 0; i < NETDAM_WINDOW_SOURCES; i++) {
         if (!windows[i].used) {
@@ -298,7 +310,13 @@ static int32_t window_of(uint32_t ip, uint16_t port, uint16_t hop)
             return (int32_t)i;
         }
     }
-    return -1;
+    return WINDOW_TABLE_FULL;
+}
+
+/* Counts a source window_of refused. */
+static void count_refused(int32_t w)
+{
+    count(w == WINDOW_SOURCE_FULL ? NETDAM_EV_WINDOW_SOURCE_FULL : NETDAM_EV_WINDOW_FULL);
 }
 
 static enum claim claim(int32_t w, uint32_t seq, uint64_t *old)
@@ -946,7 +964,7 @@ static enum netdam_verdict chain(const pkt_t *p, const uint8_t *payload, uint32_
             uint64_t old = 0;
             w = window_of(origin, netdam_be16(sr + NETDAM_SR_ORIGIN_PORT), (uint16_t)(idx + 1u));
             if (w < 0) {
-                count(NETDAM_EV_WINDOW_FULL);
+                count_refused(w);
                 status = NETDAM_STALE;
             } else {
                 enum claim cl = claim(w, seq, &old);
@@ -1125,7 +1143,7 @@ enum netdam_verdict netdam_top(const uint8_t in[NETDAM_FRAME_MAX], uint32_t in_l
         uint32_t seq = netdam_be32(h + NETDAM_H_SEQ);
         uint64_t old = 0;
         if (w < 0) {
-            count(NETDAM_EV_WINDOW_FULL);
+            count_refused(w);
             status = NETDAM_STALE;
         } else {
             enum claim cl = claim(w, seq, &old);

@@ -120,6 +120,7 @@ int main(void)
     cfg.mtu = 1500;
     cfg.mem_size = sizeof mem;
     cfg.window_sources = 16;
+    cfg.window_per_source = 16;
     netdam_reset(&cfg);
     netdam_add_region(RKEY, 0, sizeof mem, NETDAM_PERM_READ | NETDAM_PERM_WRITE | NETDAM_PERM_ATOMIC);
     /* Cycles from the loop structure: the per-word loops' trip counts, one

@@ -75,6 +75,7 @@ static void configure(const json_t *node)
     cfg.mem_size = json_u64(json_get(node, "mem_size"));
     cfg.verify_csum = json_bool(json_get(node, "verify_csum"));
     cfg.window_sources = (uint32_t)json_u64(json_get(node, "window_sources"));
+    cfg.window_per_source = (uint32_t)json_u64(json_get(node, "window_per_source"));
     cfg.receiver = json_get(node, "receiver") != NULL && json_bool(json_get(node, "receiver"));
     if (cfg.mem_size > MEM_BYTES) {
         fprintf(stderr, "mem_size %" PRIu64 " exceeds the testbench's %u bytes\n", cfg.mem_size, MEM_BYTES);

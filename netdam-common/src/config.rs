@@ -70,9 +70,14 @@ pub struct NodeConfig {
     pub bad_key_limit: u32,
     /// Bytes of NetDAM memory.
     pub mem_size: u64,
+    /// At-most-once windows one source IPv4 address may hold (its ports and
+    /// CHAIN origin ports together); a new source past it is answered STALE
+    /// (`window_source_full`, docs/conformance.md 12).
+    pub window_per_source: u32,
+    pub _reserved: u32,
 }
 
-const _: () = assert!(core::mem::size_of::<NodeConfig>() == 32);
+const _: () = assert!(core::mem::size_of::<NodeConfig>() == 40);
 
 /// Entries of the per-source BAD_KEY rate limiter (an LRU table: a source
 /// evicted from it starts again with a full bucket).

@@ -87,6 +87,14 @@ pub enum Event {
     /// not empty: passed to the kernel whole, not split (only peers fill
     /// the ring; docs/conformance.md 22).
     PassSplitStranger,
+    /// A non-idempotent request from a new source whose IPv4 address already
+    /// holds `--window-per-source` windows (answered STALE, not executed):
+    /// one address spraying source ports or CHAIN origin ports.
+    WindowSourceFull,
+    /// A non-idempotent request whose window the sweep was removing at that
+    /// instant: dropped, not executed; the retransmission gets a new window
+    /// (docs/conformance.md 12).
+    DropWindowRetiring,
 }
 
 impl Event {
@@ -117,9 +125,11 @@ impl Event {
         Event::BadKeyLimited,
         Event::DropBadKeyLockout,
         Event::PassSplitStranger,
+        Event::WindowSourceFull,
+        Event::DropWindowRetiring,
     ];
     /// The event with the highest counter index.
-    const LAST: Event = Event::PassSplitStranger;
+    const LAST: Event = Event::DropWindowRetiring;
 
     /// The event with counter index `v`.
     #[inline(always)]
@@ -161,6 +171,8 @@ impl Event {
             Event::BadKeyLimited => "bad_key_limited",
             Event::DropBadKeyLockout => "drop_bad_key_lockout",
             Event::PassSplitStranger => "pass_split_stranger",
+            Event::WindowSourceFull => "window_source_full",
+            Event::DropWindowRetiring => "drop_window_retiring",
         }
     }
 }

@@ -60,6 +60,8 @@ pub struct ModelNode {
     pub mem: Vec<u8>,
     /// Sources the window table holds.
     pub window_sources: usize,
+    /// Windows one source IPv4 address may hold (all its ports and hops).
+    pub window_per_source: usize,
     /// The at-most-once windows by (source IP, source port, hop): hop is 0
     /// for plain requests and idx + 1 for CHAIN hops (keyed by the origin).
     pub windows: HashMap<(Ipv4Addr, u16, u16), Vec<Slot>>,
@@ -105,6 +107,7 @@ impl ModelNode {
         peers: Vec<Ipv4Addr>,
         mem_size: usize,
         window_sources: usize,
+        window_per_source: usize,
     ) -> ModelNode {
         ModelNode {
             mac,
@@ -116,6 +119,7 @@ impl ModelNode {
             peers,
             mem: vec![0; mem_size],
             window_sources,
+            window_per_source,
             windows: HashMap::new(),
             generations: HashMap::new(),
             neighbours: HashMap::new(),
@@ -286,8 +290,9 @@ impl ModelNode {
 
     /// Claims the window slot of `seq` for `source` (section 7): `Ok(None)`
     /// to execute; `Ok(Some(old))` for a repeat of an atomic; DUPLICATE for a
-    /// repeat of an ACCUMULATE (`accumulate`), STALE for an older seq or a
-    /// full table.
+    /// repeat of an ACCUMULATE (`accumulate`), STALE for an older seq, a new
+    /// source whose IPv4 address holds `window_per_source` windows already
+    /// (checked first) or a full table.
     fn claim(
         &mut self,
         source: (Ipv4Addr, u16, u16),
@@ -295,9 +300,19 @@ impl ModelNode {
         accumulate: bool,
         counters: &mut Vec<u32>,
     ) -> Result<Option<u64>, Status> {
-        if !self.windows.contains_key(&source) && self.windows.len() >= self.window_sources {
-            counters.push(Event::WindowFull as u32);
-            return Err(Status::Stale);
+        if !self.windows.contains_key(&source) {
+            let held = self.windows.keys().filter(|(ip, _, _)| *ip == source.0).count();
+            let refused = if held >= self.window_per_source {
+                Some(Event::WindowSourceFull)
+            } else if self.windows.len() >= self.window_sources {
+                Some(Event::WindowFull)
+            } else {
+                None
+            };
+            if let Some(e) = refused {
+                counters.push(e as u32);
+                return Err(Status::Stale);
+            }
         }
         let slots = self
             .windows

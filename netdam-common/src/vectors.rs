@@ -36,6 +36,8 @@ pub struct NodeCfg {
     pub mem_size: u64,
     pub verify_csum: bool,
     pub window_sources: u32,
+    /// Windows one source IPv4 address may hold (its ports and CHAIN origin ports together).
+    pub window_per_source: u32,
     pub regions: Vec<RegionCfg>,
     pub peers: Vec<Ipv4Addr>,
     /// The MACs bound to the peers (the controller copies them from the
@@ -144,6 +146,7 @@ impl NodeCfg {
             self.peers.clone(),
             self.mem_size as usize,
             self.window_sources as usize,
+            self.window_per_source as usize,
         );
         m.neighbours = self.neighbours().into_iter().collect();
         m.generations = self.generations.iter().map(|g| (g.rkey, g.generation)).collect();
@@ -171,6 +174,9 @@ pub fn default_node() -> NodeCfg {
         mem_size: 1 << 20,
         verify_csum: false,
         window_sources: 256,
+        // No cap below the table: the vectors of one configuration share a
+        // node and one client address (each vector its own port).
+        window_per_source: 256,
         regions: vec![
             RegionCfg {
                 rkey: RKEY_RW,
@@ -613,6 +619,39 @@ fn chain_vectors(g: &mut Gen) {
         &node,
         &mem,
         vec![f.clone(), f, f2],
+        &watch,
+    );
+    // A CHAIN origin spraying origin ports holds at most --window-per-source
+    // windows here; another origin is still served.
+    let capped = NodeCfg {
+        window_sources: 8,
+        window_per_source: 2,
+        ..node.clone()
+    };
+    let mem = place(g);
+    let port = g.client().port;
+    let frames = [
+        (CLIENT_IP, port),
+        (CLIENT_IP, port + 1),
+        (CLIENT_IP, port + 2),
+        (HOP_B, port),
+    ]
+    .into_iter()
+    .map(|origin| {
+        let c = Chain {
+            origin: Some(origin),
+            ..Chain::at(1, HopOp::Accumulate)
+        };
+        g.chain_random(&c)
+    })
+    .collect();
+    g.case(
+        "chain_window_per_source_full",
+        "§7: an ACCUMULATE ADD hop whose origin address holds --window-per-source windows is STALE to the \
+         origin, not run; another origin is served (docs/conformance.md 12)",
+        &capped,
+        &mem,
+        frames,
         &watch,
     );
     let mem = place(g);
@@ -1254,6 +1293,7 @@ pub fn generate() -> Vec<Vector> {
     );
     let full = NodeCfg {
         window_sources: 1,
+        window_per_source: 1,
         ..default_node()
     };
     let first = fa(&g, 1, 1);
@@ -1268,6 +1308,41 @@ pub fn generate() -> Vec<Vector> {
         &full,
         &[],
         vec![first, second],
+        &[(w, 8)],
+    );
+    // One address spraying source ports gets --window-per-source windows;
+    // its existing windows and other addresses are still served.
+    let capped = NodeCfg {
+        window_sources: 8,
+        window_per_source: 3,
+        ..default_node()
+    };
+    let from = |g: &Gen, ip: Ipv4Addr, port_offset: u16, seq: u32| {
+        let mut h = req(Opcode::FetchAdd, RKEY_RW, w, 8);
+        h.set_seq(seq);
+        let e = Endpoint {
+            mac: mac_of(ip),
+            ip,
+            port: g.client().port + port_offset,
+        };
+        netdam_frame(&e, &g.node(), &h, &word(1))
+    };
+    let frames = vec![
+        from(&g, CLIENT_IP, 0, 1),
+        from(&g, CLIENT_IP, 1, 1),
+        from(&g, CLIENT_IP, 2, 1),
+        from(&g, CLIENT_IP, 3, 1),
+        from(&g, CLIENT_IP, 0, 1),
+        from(&g, CLIENT_IP, 0, 2),
+        from(&g, HOP_A, 3, 1),
+    ];
+    g.case(
+        "window_per_source_full",
+        "§7: a new source whose IPv4 address holds --window-per-source windows is STALE, not executed; \
+         that address's windows and other addresses are served (docs/conformance.md 12)",
+        &capped,
+        &[],
+        frames,
         &[(w, 8)],
     );
 
@@ -1633,14 +1708,16 @@ Fields of a vector:
 |---|---|
 | name | unique name |
 | rule | the rule of PROTOCOL.md it checks, \"§section: rule\" |
-| node | the node: mac (hex), ip, port (P), mtu, mem_size, verify_csum, window_sources, regions (rkey, base, size, perms: 1 READ 2 WRITE 4 ATOMIC 8 MSG), peers |
+| node | the node: mac (hex), ip, port (P), mtu, mem_size, verify_csum, window_sources, window_per_source (windows one source IPv4 address may hold), regions (rkey, base, size, perms: 1 READ 2 WRITE 4 ATOMIC 8 MSG), peers |
 | memory | segments (addr, hex) placed in zeroed NetDAM memory before the first step |
 | steps | frames in order on the same node (window state carries over): input (hex Ethernet frame), verdict (tx, pass or drop), output (the answer for tx, the untouched input for pass, empty for drop) |
 | memory_after | segments (addr, hex) memory must hold after the last step |
 
 Every vector's client uses its own UDP source port, so an implementation may
 run all vectors of one node configuration on one node in any order, resetting
-memory between them. No vector depends on a choice PROTOCOL.md leaves free
+memory between them (windows count against one client address there: a
+configuration whose window_per_source is below its window_sources has one
+vector only). No vector depends on a choice PROTOCOL.md leaves free
 (which window an LRU evicts, timing, concurrency).
 
 A node with `receiver` has an AF_XDP socket bound to its receive queue 0:

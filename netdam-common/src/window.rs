@@ -33,13 +33,26 @@ pub struct SourceKey {
     pub hop: u16,
 }
 
+/// `Window::expiry`: where a window is in its two-phase expiry
+/// (docs/conformance.md 12). The sweep moves an idle window LIVE -> MARKED,
+/// and at a later sweep, still idle, MARKED -> REMOVING and deletes it; the
+/// data path moves MARKED -> LIVE whenever it uses the window, and uses no
+/// window it finds REMOVING. Each move is one compare-and-swap.
+pub mod expiry {
+    pub const LIVE: u64 = 0;
+    pub const MARKED: u64 = 1;
+    pub const REMOVING: u64 = 2;
+}
+
 /// Value of the window table.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Window {
     /// bpf_ktime_get_ns() of the source's last non-idempotent request; the
-    /// controller removes windows idle for longer than --window-idle.
+    /// sweep removes windows idle for longer than --window-idle.
     pub last_used_ns: u64,
+    /// `expiry::*`.
+    pub expiry: u64,
     pub slots: [Slot; SLOTS],
 }
 
@@ -47,8 +60,79 @@ impl Default for Window {
     fn default() -> Self {
         Window {
             last_used_ns: 0,
+            expiry: expiry::LIVE,
             slots: [Slot::default(); SLOTS],
         }
+    }
+}
+
+/// The sweep sets this on a windows-per-IP count at 0 before it deletes
+/// the entry: a reservation that meets it is dropped, the sender retries.
+pub const COUNT_REMOVING: u64 = 1 << 63;
+
+/// The frame the controller hands the sweep program (`netdam_window_sweep`,
+/// BPF_PROG_TEST_RUN): the idle time in, what the sweep did out.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SweepFrame {
+    /// Windows unused for longer than this are marked, and removed at the
+    /// sweep after if still unused.
+    pub idle_ns: u64,
+    /// Windows marked by this sweep.
+    pub marked: u32,
+    /// Windows removed by this sweep.
+    pub removed: u32,
+}
+
+// BPF_PROG_TEST_RUN wants at least an Ethernet header's 14 bytes.
+const _: () = assert!(SweepFrame::LEN >= 14);
+
+impl SweepFrame {
+    pub const LEN: usize = core::mem::size_of::<SweepFrame>();
+
+    /// The frame's bytes as the (little-endian) program reads them.
+    pub fn to_bytes(&self) -> [u8; Self::LEN] {
+        let mut b = [0; Self::LEN];
+        b[..8].copy_from_slice(&self.idle_ns.to_le_bytes());
+        b[8..12].copy_from_slice(&self.marked.to_le_bytes());
+        b[12..].copy_from_slice(&self.removed.to_le_bytes());
+        b
+    }
+
+    pub fn from_bytes(b: &[u8; Self::LEN]) -> SweepFrame {
+        let word = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        SweepFrame {
+            idle_ns: u64::from(word(0)) | u64::from(word(4)) << 32,
+            marked: word(8),
+            removed: word(12),
+        }
+    }
+}
+
+/// What the sweep does with a window whose `expiry` is `state`, unused for
+/// longer than the idle time or not (`idle`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SweepStep {
+    /// Used within the idle time: left alone.
+    Keep,
+    /// LIVE -> MARKED.
+    Mark,
+    /// MARKED -> REMOVING, then deleted. A window found REMOVING (its
+    /// delete failed at an earlier sweep) is deleted whether idle or not:
+    /// the data path uses it no more.
+    Remove,
+}
+
+#[inline(always)]
+pub const fn sweep_step(state: u64, idle: bool) -> SweepStep {
+    if state == expiry::REMOVING {
+        SweepStep::Remove
+    } else if !idle {
+        SweepStep::Keep
+    } else if state == expiry::LIVE {
+        SweepStep::Mark
+    } else {
+        SweepStep::Remove
     }
 }
 
@@ -120,6 +204,24 @@ mod tests {
         assert_eq!(judge(tag(7 + 1024, state::DONE), 7), Verdict::Stale);
         // An earlier seq still executing is taken over: the slot belongs to the newer seq.
         assert_eq!(judge(tag(7u32.wrapping_sub(1024), state::EXECUTING), 7), Verdict::Claim);
-        assert_eq!(core::mem::size_of::<Window>(), 8 + 16 * SLOTS);
+        assert_eq!(core::mem::size_of::<Window>(), 16 + 16 * SLOTS);
+    }
+
+    #[test]
+    fn expiry_takes_two_idle_sweeps() {
+        use expiry::*;
+        assert_eq!(sweep_step(LIVE, false), SweepStep::Keep);
+        assert_eq!(sweep_step(MARKED, false), SweepStep::Keep);
+        assert_eq!(sweep_step(LIVE, true), SweepStep::Mark);
+        assert_eq!(sweep_step(MARKED, true), SweepStep::Remove);
+        assert_eq!(sweep_step(REMOVING, true), SweepStep::Remove);
+        assert_eq!(sweep_step(REMOVING, false), SweepStep::Remove);
+        let f = SweepFrame {
+            idle_ns: 0x0102_0304_0506_0708,
+            marked: 9,
+            removed: 0x0A0B_0C0D,
+        };
+        assert_eq!(SweepFrame::from_bytes(&f.to_bytes()), f);
+        assert_eq!(f.to_bytes()[0], 8);
     }
 }

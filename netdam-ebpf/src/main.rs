@@ -93,6 +93,13 @@ pub fn netdam_inject(ctx: XdpContext) -> u32 {
     inject::run(&ctx)
 }
 
+/// The idle-window sweep, run by the controller through BPF_PROG_TEST_RUN
+/// (`window::sweep`, docs/conformance.md 12).
+#[xdp]
+pub fn netdam_window_sweep(ctx: XdpContext) -> u32 {
+    window::sweep(&ctx)
+}
+
 /// Benchmark ceiling: counts a frame and drops it, the least a node can do
 /// with a frame in XDP (`netdam-bench node`).
 #[xdp]

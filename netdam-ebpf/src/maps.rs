@@ -63,6 +63,16 @@ pub static CHAIN_STATE: PerCpuArray<crate::chain::ChainState> = PerCpuArray::wit
 #[map(name = "NETDAM_WINDOWS")]
 pub static WINDOWS: HashMap<SourceKey, Window> = HashMap::with_max_entries(1024, 0);
 
+/// Windows held by each source IPv4 address (network order), for
+/// --window-per-source: a reservation is taken (atomic add) before a window
+/// is inserted and given back when the sweep removes the window; the sweep
+/// removes counts at 0 (`window::sweep`). Every address here holds a window
+/// but for counts at 0 waiting for the sweep (left by addresses refused
+/// while the window table was full), so the controller sets max_entries to
+/// --window-sources.
+#[map(name = "NETDAM_WINDOW_IPS")]
+pub static WINDOW_IPS: HashMap<u32, u64> = HashMap::with_max_entries(1024, 0);
+
 /// A window of zeros to insert new sources from (never written).
 #[map(name = "NETDAM_ZERO_WINDOW")]
 pub static ZERO_WINDOW: Array<Window> = Array::with_max_entries(1, 0);

@@ -101,7 +101,7 @@ fn try_execute(ctx: &XdpContext, cfg: &NodeConfig, req: &Request) -> Result<u32,
             port_be: u16::from_ne_bytes(req.udp.src),
             hop: 0,
         };
-        match window::claim(&source, h.seq()) {
+        match window::claim(&source, h.seq(), cfg.window_per_source) {
             Claimed::Execute(slot) => Some(slot),
             Claimed::Repeat(old) => return repeat(ctx, req, &checked, old),
             Claimed::InFlight => return Err(Verdict::Drop(Event::DropInFlight).into()),
@@ -110,6 +110,11 @@ fn try_execute(ctx: &XdpContext, cfg: &NodeConfig, req: &Request) -> Result<u32,
                 count_event(Event::WindowFull);
                 return Err(Status::Stale.into());
             }
+            Claimed::SourceFull => {
+                count_event(Event::WindowSourceFull);
+                return Err(Status::Stale.into());
+            }
+            Claimed::Retiring => return Err(Verdict::Drop(Event::DropWindowRetiring).into()),
         }
     } else {
         None

@@ -25,7 +25,7 @@ use netdam_user::{
         keys::{self, KeyOrigin, RegionArg},
         neighbours, pins,
         split::{RingSpec, SplitTable},
-        sysctls, AttachMode, Interface, LocalNode, Node, NodeSpec,
+        sysctls, AttachMode, Interface, LocalNode, Node, NodeSpec, WindowSweep,
     },
     memwall::{self, MemwallConfig},
     plot,
@@ -314,6 +314,12 @@ struct ServeArgs {
     /// a new source finds it full is answered STALE for non-idempotent ops.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     window_sources: u32,
+    /// Windows one source IPv4 address may hold, its source ports and CHAIN origin ports together
+    /// [default: a quarter of --window-sources]: a new source past it is answered STALE for
+    /// non-idempotent ops (counted as window_source_full), so that one address spraying ports
+    /// cannot take the whole table. 1 to --window-sources.
+    #[arg(long)]
+    window_per_source: Option<u32>,
     /// Seconds after which an idle source's window is removed. Clients must
     /// stop retransmitting before then (netdam's give up after retries x timeout).
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
@@ -1061,6 +1067,7 @@ async fn serve(a: ServeArgs) -> Result<()> {
         peers,
         verify_csum: a.verify_csum,
         window_sources: a.window_sources,
+        window_per_source: a.window_per_source.unwrap_or((a.window_sources / 4).max(1)),
         bad_key_limit: a.bad_key_limit,
     };
     let mut node = Node::load(&spec, Some(&pin_dir)).context("loading the NetDAM data path")?;
@@ -1136,8 +1143,10 @@ async fn serve(a: ServeArgs) -> Result<()> {
             }
             _ = sweep.tick() => {
                 match node.expire_windows(idle) {
-                    Ok(0) => {}
-                    Ok(n) => log::debug!("removed {n} idle at-most-once window(s)"),
+                    Ok(WindowSweep { marked: 0, removed: 0 }) => {}
+                    Ok(WindowSweep { marked, removed }) => {
+                        log::debug!("window sweep: {removed} idle window(s) removed, {marked} marked for the next sweep")
+                    }
                     Err(e) => log::warn!("sweeping idle windows: {e}"),
                 }
             }

@@ -33,7 +33,7 @@ pub struct Alarm {
     pub meaning: &'static str,
 }
 
-/// The events that raise an alarm when they count (docs/conformance.md 19, 21).
+/// The events that raise an alarm when they count (docs/conformance.md 12, 19, 21).
 pub const ALARMS: &[(Event, &str)] = &[
     (
         Event::BadKeyLimited,
@@ -50,6 +50,11 @@ pub const ALARMS: &[(Event, &str)] = &[
     (
         Event::DropOwnAddress,
         "frames from the wire claiming this node's own address (spoofed)",
+    ),
+    (
+        Event::WindowSourceFull,
+        "new sources refused past --window-per-source: one address sprays source or CHAIN origin ports, \
+         or a client opens more sockets than the cap",
     ),
 ];
 

@@ -21,6 +21,7 @@ struct Config {
     verify_csum: bool,
     receiver: bool,
     window_sources: u32,
+    window_per_source: u32,
 }
 
 /// NETDAM_FRAME_MAX of fpga-port/include/netdam.h.
@@ -58,6 +59,7 @@ impl CEngine {
             verify_csum: spec.verify_csum,
             receiver: false,
             window_sources: spec.window_sources,
+            window_per_source: spec.window_per_source,
         };
         // SAFETY: a live config; the tables are the engine's own, used under the lock.
         unsafe {

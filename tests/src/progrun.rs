@@ -53,6 +53,7 @@ pub fn spec() -> NodeSpec {
         peers: vec![],
         verify_csum: false,
         window_sources: 64,
+        window_per_source: 64,
         // Unlimited, as the model and the C engine behave.
         bad_key_limit: 0,
     }

@@ -196,7 +196,19 @@ fn generate(rng: &mut Rng) -> Vec<u8> {
     if rng.chance(2) {
         rest.extend((0..rng.below(40)).map(|_| 0xEE));
     }
-    let mut src = CLIENT;
+    // Forty source ports on two addresses (the client and a peer, each
+    // from its own MAC): more windows than one address may hold, and
+    // together more than the table holds.
+    let (ip, mac) = if rng.chance(30) {
+        NEIGHBOURS[1]
+    } else {
+        (CLIENT.ip, CLIENT.mac)
+    };
+    let mut src = Endpoint {
+        mac,
+        ip,
+        port: CLIENT.port + rng.below(40) as u16,
+    };
     if rng.chance(3) {
         src.ip = [std::net::Ipv4Addr::LOCALHOST, std::net::Ipv4Addr::new(224, 0, 0, 5)][rng.below(2) as usize];
     }
@@ -278,9 +290,14 @@ fn a_memory_difference_is_traced_to_the_frame_after_which_it_appeared() {
 }
 
 /// The fuzzed node with `peers`.
+/// The fuzzed node: a small window table and a cap per address below it:
+/// two clients with forty ports each, and CHAIN origins, whose ports and
+/// hops make up to 120 windows each, meet both limits.
 fn node_spec(peers: &[Ipv4Addr]) -> NodeSpec {
     NodeSpec {
         peers: peers.to_vec(),
+        window_sources: 24,
+        window_per_source: 16,
         ..spec()
     }
 }
@@ -305,10 +322,12 @@ fn fuzz_variant(label: &str, peers: &[Ipv4Addr]) {
     let forwarded = stats.event(Event::ChainForwarded);
     let secs = tally.elapsed.as_secs_f64();
     let [sent, ran, longest_forwarded] = tally.longest;
+    let per_source = stats.event(Event::WindowSourceFull);
+    let full = stats.event(Event::WindowFull);
     println!(
         "{label}: {frames} frames (seed {seed:#x}) in {secs:.1} s, {:.0} frames/s; {:?}; CHAIN hops OK {chain_ok}, \
          forwarded {forwarded}; CHAIN programs of {MAX_SEGMENTS} segments: {sent} sent, {ran} ran a hop, \
-         {longest_forwarded} forwarded",
+         {longest_forwarded} forwarded; window_source_full {per_source}, window_full {full}",
         frames as f64 / secs,
         tally.verdicts,
     );
@@ -330,6 +349,12 @@ fn fuzz_variant(label: &str, peers: &[Ipv4Addr]) {
         let spoofed = stats.event(Event::DropPeerMac);
         assert!(spoofed > frames / 100, "too few spoofed peers were dropped ({spoofed})");
     }
+    // The window limits are met and compared (which one first depends on
+    // the seed; the vectors hold each of them).
+    assert!(
+        per_source + full > frames / 1000,
+        "window limits too seldom met: {per_source} window_source_full, {full} window_full"
+    );
     // The generator must reach every verdict, or the comparison proves little.
     for v in ["pass", "drop", "tx"] {
         assert!(
@@ -561,6 +586,7 @@ impl Trio {
             s.peers.clone(),
             s.mem_size as usize,
             s.window_sources as usize,
+            s.window_per_source as usize,
         );
         model.generations.insert(RKEY_RW, GENERATION);
         model.neighbours.extend(NEIGHBOURS);

@@ -18,6 +18,7 @@ fn spec_of(c: &NodeCfg) -> NodeSpec {
         peers: c.peers.clone(),
         verify_csum: c.verify_csum,
         window_sources: c.window_sources,
+        window_per_source: c.window_per_source,
         // The model and the vectors have no BAD_KEY rate limit.
         bad_key_limit: 0,
     }

@@ -263,7 +263,7 @@ fn try_hop(
             port_be: sr.origin_port().to_be(),
             hop: shape.idx as u16 + 1,
         };
-        match window::claim(&key, h.seq()) {
+        match window::claim(&key, h.seq(), cfg.window_per_source) {
             Claimed::Execute(slot) => Some(slot),
             Claimed::Repeat(_) => return Err(Status::Duplicate.into()),
             Claimed::InFlight => return Err(Verdict::Drop(Event::DropInFlight).into()),
@@ -272,6 +272,11 @@ fn try_hop(
                 count_event(Event::WindowFull);
                 return Err(Status::Stale.into());
             }
+            Claimed::SourceFull => {
+                count_event(Event::WindowSourceFull);
+                return Err(Status::Stale.into());
+            }
+            Claimed::Retiring => return Err(Verdict::Drop(Event::DropWindowRetiring).into()),
         }
     } else {
         None

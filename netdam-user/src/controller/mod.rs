@@ -19,7 +19,7 @@ use std::{
 
 use aya::{
     maps::{Array, HashMap as BpfHashMap, Map, MapData, PerCpuArray, ProgramArray},
-    programs::{ProgramError, Xdp, XdpMode},
+    programs::{ProgramError, TestRun, TestRunOptions, Xdp, XdpMode},
     Ebpf, EbpfLoader,
 };
 pub use local::LocalNode;
@@ -28,7 +28,7 @@ use netdam_common::{
     config::{cfg_flags, PeerEntry, MEM_CHUNK, MEM_MAX, REGION_SLOTS},
     counters::COUNTER_SLOTS,
     split::SplitRing,
-    window::{SourceKey, Window},
+    window::{SourceKey, SweepFrame, Window},
     NodeConfig, Region,
 };
 pub use netif::Interface;
@@ -46,6 +46,9 @@ pub const MAP_INJECT: &str = "NETDAM_INJECT";
 /// Pinned beside the maps, anew at every load: the injector and its job,
 /// for the collective engine of a process other than `serve`.
 pub const INJECTOR_PINS: [&str; 2] = [INJECT_PROGRAM, MAP_INJECT];
+/// The idle-window sweep (not attached: run through BPF_PROG_TEST_RUN by
+/// `Node::expire_windows`).
+pub const SWEEP_PROGRAM: &str = "netdam_window_sweep";
 
 pub const MAP_MEM: &str = "NETDAM_MEM";
 pub const MAP_CONFIG: &str = "NETDAM_CONFIG";
@@ -53,6 +56,8 @@ pub const MAP_REGIONS: &str = "NETDAM_REGIONS";
 pub const MAP_PEERS: &str = "NETDAM_PEERS";
 pub const MAP_COUNTERS: &str = "NETDAM_COUNTERS";
 pub const MAP_WINDOWS: &str = "NETDAM_WINDOWS";
+/// Windows per source IPv4 address (--window-per-source).
+pub const MAP_WINDOW_IPS: &str = "NETDAM_WINDOW_IPS";
 pub const MAP_GENERATIONS: &str = "NETDAM_GENERATIONS";
 const MAP_JUMP: &str = "NETDAM_JUMP";
 /// The AF_XDP socket of each receive queue (`afxdp::Endpoint` fills it).
@@ -64,13 +69,14 @@ pub const MAP_SPLIT_RING: &str = "NETDAM_SPLIT_RING";
 /// (memory, generations, windows and counters, section 8; config so other
 /// commands can read it; the socket map and split tables, so that endpoints
 /// and `netdam split` in other processes reach the data path).
-pub const PINNED_MAPS: [&str; 10] = [
+pub const PINNED_MAPS: [&str; 11] = [
     MAP_MEM,
     MAP_CONFIG,
     MAP_REGIONS,
     MAP_PEERS,
     MAP_COUNTERS,
     MAP_WINDOWS,
+    MAP_WINDOW_IPS,
     MAP_GENERATIONS,
     MAP_XSKS,
     MAP_SPLIT_PORTS,
@@ -132,6 +138,13 @@ pub enum ControllerError {
          ({max_mib} MiB); a source is an (IPv4, port) that sends non-idempotent requests"
     )]
     WindowSources { given: u32, max: u32, max_mib: u64 },
+    #[error(
+        "--window-per-source {given}: give 1 to --window-sources ({sources}); it is how many of the table's \
+         windows one source IPv4 address may hold, all its ports and CHAIN origin ports together"
+    )]
+    WindowPerSource { given: u32, sources: u32 },
+    #[error("the window sweep ({SWEEP_PROGRAM}, run through BPF_PROG_TEST_RUN) failed: {0}")]
+    Sweep(String),
     #[error("{count} regions given; the region table holds {max}")]
     TooManyRegions { count: usize, max: u32 },
     #[error(
@@ -226,6 +239,8 @@ pub struct NodeSpec {
     pub verify_csum: bool,
     /// Sources the at-most-once window table holds (16 KiB each).
     pub window_sources: u32,
+    /// Windows one source IPv4 address may hold (1..=window_sources).
+    pub window_per_source: u32,
     /// BAD_KEY answers per second per source IPv4 address; 0: unlimited
     /// (docs/conformance.md 21).
     pub bad_key_limit: u32,
@@ -248,6 +263,8 @@ impl NodeSpec {
             flags,
             bad_key_limit: self.bad_key_limit,
             mem_size: self.mem_size,
+            window_per_source: self.window_per_source,
+            _reserved: 0,
         }
     }
 
@@ -258,6 +275,12 @@ impl NodeSpec {
                 given: self.window_sources,
                 max: MAX_WINDOW_SOURCES,
                 max_mib: (MAX_WINDOW_SOURCES as u64 * core::mem::size_of::<Window>() as u64) >> 20,
+            });
+        }
+        if self.window_per_source == 0 || self.window_per_source > self.window_sources {
+            return Err(ControllerError::WindowPerSource {
+                given: self.window_per_source,
+                sources: self.window_sources,
             });
         }
         if m == 0 || !m.is_multiple_of(MEM_CHUNK as u64) || m > MEM_MAX {
@@ -325,6 +348,7 @@ impl Node {
         let mut loader = EbpfLoader::new();
         loader.map_max_entries(MAP_MEM, chunks);
         loader.map_max_entries(MAP_WINDOWS, spec.window_sources);
+        loader.map_max_entries(MAP_WINDOW_IPS, spec.window_sources);
         // The XDP program's aya-log statements below the host's log level cost one load and a branch.
         let level = log::max_level() as u8;
         loader.override_global(aya_log::LEVEL, &level, false);
@@ -335,7 +359,11 @@ impl Node {
                 reused = pins::check_compatible(
                     dir,
                     NETDAM_XDP,
-                    &HashMap::from([(MAP_MEM, chunks), (MAP_WINDOWS, spec.window_sources)]),
+                    &HashMap::from([
+                        (MAP_MEM, chunks),
+                        (MAP_WINDOWS, spec.window_sources),
+                        (MAP_WINDOW_IPS, spec.window_sources),
+                    ]),
                 )?;
                 PINNED_MAPS.iter().map(|m| (*m, dir.join(m))).collect()
             }
@@ -366,6 +394,7 @@ impl Node {
             .map_err(|e| ControllerError::Map(MAP_JUMP, e))?;
         load_xdp(&mut ebpf, PROGRAM)?;
         load_xdp(&mut ebpf, INJECT_PROGRAM)?;
+        load_xdp(&mut ebpf, SWEEP_PROGRAM)?;
         if let Some(dir) = pin_dir {
             pin_injector(&mut ebpf, dir)?;
         }
@@ -584,28 +613,72 @@ impl Node {
         }
     }
 
-    /// Removes the at-most-once windows of sources idle for longer than
-    /// `idle`; returns how many. A source's retransmissions must stop within
-    /// `idle` (the client's give up after retries x timeout), so a removed
-    /// window can never see a repeat of a request it executed.
-    pub fn expire_windows(&mut self, idle: std::time::Duration) -> Result<usize, ControllerError> {
-        let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-            .map_err(|e| ControllerError::Io("clock_gettime".into(), e.into()))?;
-        let now_ns = now.tv_sec() as u64 * 1_000_000_000 + now.tv_nsec() as u64;
-        let mut windows: BpfHashMap<_, SourceKey, Window> =
-            BpfHashMap::try_from(self.ebpf.map_mut(MAP_WINDOWS).expect("windows map"))
-                .map_err(|e| ControllerError::Map(MAP_WINDOWS, e))?;
-        let idle_ns = idle.as_nanos() as u64;
-        let old: Vec<SourceKey> = windows
-            .iter()
-            .filter_map(Result::ok)
-            .filter(|(_, w)| now_ns.saturating_sub(w.last_used_ns) > idle_ns)
-            .map(|(k, _)| k)
-            .collect();
-        for k in &old {
-            let _ = windows.remove(k);
+    /// One sweep of the at-most-once windows (docs/conformance.md 12): a
+    /// window unused for longer than `idle` is marked, and removed at a
+    /// later sweep if it is still marked (the data path clears the mark
+    /// whenever it uses the window) and still unused; its source IPv4
+    /// address gets the window back (--window-per-source). Both steps are
+    /// compare-and-swaps in the kernel, in the sweep program, so that no
+    /// window is removed while a request uses it. A source's
+    /// retransmissions must stop within `idle` (netdam's client gives up
+    /// after retries x timeout), so a removed window never sees a repeat of
+    /// a request it executed.
+    pub fn expire_windows(&self, idle: std::time::Duration) -> Result<WindowSweep, ControllerError> {
+        let frame = SweepFrame {
+            idle_ns: idle.as_nanos().min(u64::MAX as u128) as u64,
+            ..SweepFrame::default()
+        };
+        let data_in = frame.to_bytes();
+        let mut data_out = [0u8; SweepFrame::LEN];
+        let prog: &Xdp = self
+            .ebpf
+            .program(SWEEP_PROGRAM)
+            .expect("the object has the sweep program")
+            .try_into()
+            .expect("the sweep is an XDP program");
+        let r = prog
+            .test_run(TestRunOptions {
+                data_in: Some(&data_in),
+                data_out: Some(&mut data_out),
+                ..Default::default()
+            })
+            .map_err(|e| ControllerError::Sweep(e.to_string()))?;
+        // XDP_PASS: the sweep ran to its end.
+        const XDP_PASS: u32 = 2;
+        if r.return_value != XDP_PASS || r.data_size_out as usize != SweepFrame::LEN {
+            return Err(ControllerError::Sweep(format!(
+                "it returned {} with {} bytes",
+                r.return_value, r.data_size_out
+            )));
         }
-        Ok(old.len())
+        let out = SweepFrame::from_bytes(&data_out);
+        Ok(WindowSweep {
+            marked: out.marked,
+            removed: out.removed,
+        })
+    }
+
+    /// The sources that hold an at-most-once window.
+    pub fn window_keys(&self) -> Result<Vec<SourceKey>, ControllerError> {
+        let m: BpfHashMap<_, SourceKey, Window> =
+            BpfHashMap::try_from(self.ebpf.map(MAP_WINDOWS).expect("windows map"))
+                .map_err(|e| ControllerError::Map(MAP_WINDOWS, e))?;
+        m.keys()
+            .map(|k| k.map_err(|e| ControllerError::Map(MAP_WINDOWS, e)))
+            .collect()
+    }
+
+    /// Windows held by each source IPv4 address (the table
+    /// --window-per-source is checked against).
+    pub fn windows_per_ip(&self) -> Result<HashMap<Ipv4Addr, u64>, ControllerError> {
+        let m: BpfHashMap<_, u32, u64> = BpfHashMap::try_from(self.ebpf.map(MAP_WINDOW_IPS).expect("window IPs map"))
+            .map_err(|e| ControllerError::Map(MAP_WINDOW_IPS, e))?;
+        m.iter()
+            .map(|r| {
+                r.map(|(ip, n)| (Ipv4Addr::from(u32::from_be(ip)), n))
+                    .map_err(|e| ControllerError::Map(MAP_WINDOW_IPS, e))
+            })
+            .collect()
     }
 
     /// The counters, summed over CPUs.
@@ -623,6 +696,15 @@ impl Drop for Node {
             log::warn!("{e}");
         }
     }
+}
+
+/// What one sweep of the window table did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WindowSweep {
+    /// Idle windows marked (removed at a later sweep if still idle).
+    pub marked: u32,
+    /// Windows removed: idle and marked since an earlier sweep.
+    pub removed: u32,
 }
 
 /// Sums a per-CPU counter array.
@@ -708,6 +790,7 @@ mod tests {
             peers: vec![Ipv4Addr::new(198, 18, 0, 2)],
             verify_csum: true,
             window_sources: 4,
+            window_per_source: 2,
             bad_key_limit: 100,
         }
     }
@@ -773,6 +856,7 @@ mod tests {
     fn the_window_table_is_bounded_with_a_clear_error() {
         let with = |n| NodeSpec {
             window_sources: n,
+            window_per_source: 1,
             ..spec(1 << 20, vec![])
         };
         assert!(with(MAX_WINDOW_SOURCES).check().is_ok());
@@ -782,7 +866,21 @@ mod tests {
                 matches!(e, ControllerError::WindowSources { given, .. } if given == n),
                 "{e}"
             );
-            assert!(e.to_string().contains("give 1 to 65536 (1024 MiB)"), "{e}");
+            assert!(e.to_string().contains("give 1 to 65536 (1025 MiB)"), "{e}");
+        }
+        let per_source = |n| NodeSpec {
+            window_per_source: n,
+            ..spec(1 << 20, vec![])
+        };
+        assert!(per_source(1).check().is_ok());
+        assert!(per_source(4).check().is_ok());
+        for n in [0, 5] {
+            let e = per_source(n).check().unwrap_err();
+            assert!(
+                matches!(e, ControllerError::WindowPerSource { given, sources: 4 } if given == n),
+                "{e}"
+            );
+            assert!(e.to_string().contains("give 1 to --window-sources (4)"), "{e}");
         }
     }
 
