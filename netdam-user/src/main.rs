@@ -320,8 +320,9 @@ struct ServeArgs {
     /// cannot take the whole table. 1 to --window-sources.
     #[arg(long)]
     window_per_source: Option<u32>,
-    /// Seconds after which an idle source's window is removed. Clients must
-    /// stop retransmitting before then (netdam's give up after retries x timeout).
+    /// Seconds unused after which a source's window is marked by the sweep (every quarter of
+    /// this), and removed at a later sweep if still unused. Clients must stop retransmitting
+    /// before then (netdam's give up after retries x timeout).
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     window_idle: u64,
     #[command(flatten)]
