@@ -382,31 +382,39 @@ fn per_address_counts_stay_exact_while_the_sweep_runs_beside_the_data_path() {
         },
     );
     let a = RW.base + 8192;
-    let stop = std::sync::atomic::AtomicBool::new(false);
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+    let stop = AtomicBool::new(false);
+    let answered = AtomicU64::new(0);
     let (sent, sweeps) = std::thread::scope(|scope| {
         // The data path: four addresses, new ports and repeats, as fast as it goes.
         let sender = scope.spawn(|| {
-            let mut sent = 0u64;
             let mut seq = 0u32;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            while !stop.load(Relaxed) {
                 seq += 1;
                 let from = host(Ipv4Addr::new(198, 18, 1, 1 + (seq % 4) as u8), 1000 + (seq % 40) as u16);
                 let o = run(&nodes[1], &atomic(Opcode::FetchAdd, a, seq, &[1], &from));
                 if o.action == XDP_TX {
-                    sent += 1;
+                    answered.fetch_add(1, Relaxed);
                 }
             }
-            sent
         });
-        // The controller: sweeps with no idle time, every window a candidate.
+        // The controller: sweeps with no idle time, every window a candidate,
+        // at least 2000 times and until both sides have done enough work
+        // side by side (a loaded machine may starve either for a while).
         let mut sweeps = WindowSweep::default();
-        for _ in 0..2000 {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let mut n = 0;
+        while n < 2000
+            || ((answered.load(Relaxed) <= 1000 || sweeps.removed <= 100) && std::time::Instant::now() < deadline)
+        {
             let s = nodes[0].expire_windows(Duration::ZERO).unwrap();
             sweeps.marked += s.marked;
             sweeps.removed += s.removed;
+            n += 1;
         }
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        (sender.join().unwrap(), sweeps)
+        stop.store(true, Relaxed);
+        sender.join().unwrap();
+        (answered.load(Relaxed), sweeps)
     });
     assert!(sent > 1000 && sweeps.removed > 100, "{sent} answers, {sweeps:?}");
     // With the data path quiet, two sweeps remove every window; a count
