@@ -79,3 +79,16 @@ impl Drop for PinDir {
         let _ = netdam_user::controller::pins::unpin(&self.0);
     }
 }
+
+/// Whether host `from` gets an answer to `netdam ping` from the node
+/// served in host `node` (a NOP, two retries of 200 ms).
+pub fn pinged(tb: &netdam_user::testbed::Testbed, from: usize, node: usize) -> bool {
+    tb.command(from, netdam_bin())
+        .unwrap()
+        .args(["ping", "--node", &tb.hosts[node].ip.to_string(), "--count", "1"])
+        .args(["--timeout-ms", "200", "--retries", "2"])
+        .output()
+        .expect("netdam ping")
+        .status
+        .success()
+}

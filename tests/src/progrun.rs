@@ -74,10 +74,17 @@ pub fn load(spec: &NodeSpec) -> Node {
 
 /// Runs one frame through the program.
 pub fn run(node: &Node, frame: &[u8]) -> Outcome {
+    run_with_ctx(node, frame, None)
+}
+
+/// Runs one frame through the program with an `xdp_md` context (which
+/// names the ingress interface), if given.
+pub fn run_with_ctx(node: &Node, frame: &[u8], ctx: Option<&[u8]>) -> Outcome {
     let mut out = vec![0u8; frame.len() + 256];
     let opts = TestRunOptions {
         data_in: Some(frame),
         data_out: Some(&mut out),
+        ctx_in: ctx,
         ..Default::default()
     };
     let r = node.program().test_run(opts).expect("BPF_PROG_TEST_RUN");

@@ -5,10 +5,9 @@
 
 use std::{fs::File, marker::PhantomData, net::Ipv4Addr, process::Command};
 
-use aya::programs::{TestRun, TestRunOptions};
 use netdam_user::Node;
 
-use crate::progrun::Outcome;
+use crate::progrun::{run_with_ctx, Outcome};
 
 /// Removed on drop (also on panic).
 pub struct RunNetns {
@@ -106,19 +105,7 @@ impl Inside<'_> {
         for (c, v) in ctx.chunks_exact_mut(4).zip(md) {
             c.copy_from_slice(&v.to_ne_bytes());
         }
-        let mut out = vec![0u8; frame.len() + 256];
-        let opts = TestRunOptions {
-            data_in: Some(frame),
-            data_out: Some(&mut out),
-            ctx_in: Some(&ctx),
-            ..Default::default()
-        };
-        let r = node.program().test_run(opts).expect("BPF_PROG_TEST_RUN");
-        out.truncate(r.data_size_out as usize);
-        Outcome {
-            action: r.return_value,
-            frame: out,
-        }
+        run_with_ctx(node, frame, Some(&ctx))
     }
 }
 

@@ -15,7 +15,7 @@ use netdam_common::{
     wire::ipv4_header_checksum,
     Status,
 };
-use netdam_tests::{netdam_bin, require_root, unique_prefix};
+use netdam_tests::{netdam_bin, pinged, require_root, unique_prefix};
 use netdam_user::{
     afxdp::{Delivery, Endpoint, EndpointConfig, XskStats},
     testbed::{Served, Testbed},
@@ -33,18 +33,22 @@ fn setup() -> (Testbed, Served) {
 fn setup_with_mtu(mtu: u32) -> (Testbed, Served) {
     require_root();
     let tb = Testbed::up(&unique_prefix(), 2, mtu).expect("testbed up");
-    let args: Vec<String> = [
-        "--mem-size",
-        "64MiB",
-        "--region",
-        "0x1234:0:32MiB:rwam",
-        "--mode",
-        "native",
-    ]
-    .map(String::from)
-    .to_vec();
-    let served = tb.serve(1, &netdam_bin(), &args).expect("netdam serve");
+    let served = tb
+        .serve(1, &netdam_bin(), &serve_args(REGION, &[]))
+        .expect("netdam serve");
     (tb, served)
+}
+
+/// The region of `setup`: the low 32 MiB of 64.
+const REGION: &str = "0x1234:0:32MiB:rwam";
+
+/// `serve` arguments: 64 MiB of memory with `region`, native XDP, then `extra`.
+fn serve_args(region: &str, extra: &[&str]) -> Vec<String> {
+    ["--mem-size", "64MiB", "--region", region, "--mode", "native"]
+        .iter()
+        .chain(extra)
+        .map(|a| a.to_string())
+        .collect()
 }
 
 /// What the receiver saw, copied out of UMEM (and NetDAM memory) for checking.
@@ -514,16 +518,7 @@ fn the_split_ring_and_the_regions_never_overlap() {
     let shown = split_cmd(&tb, &["--port", "9000", "--keep", "64", "--ring-addr", "0x2000000"]).unwrap();
     assert_eq!(shown["ring"]["addr"], 0x200_0000);
     assert!(served.stop());
-    let args: Vec<String> = [
-        "--mem-size",
-        "64MiB",
-        "--region",
-        "0x1234:0:48MiB:rw",
-        "--mode",
-        "native",
-    ]
-    .map(String::from)
-    .to_vec();
+    let args = serve_args("0x1234:0:48MiB:rw", &[]);
     let e = tb.serve(1, &netdam_bin(), &args).map(|_| ()).unwrap_err().to_string();
     assert!(e.contains("overlaps the split ring [0x2000000,"), "{e}");
 }
@@ -534,40 +529,11 @@ fn the_split_ring_and_the_regions_never_overlap() {
 fn only_peers_fill_the_split_ring() {
     require_root();
     let tb = Testbed::up(&unique_prefix(), 3, 1500).expect("testbed up");
-    let args: Vec<String> = [
-        "--mem-size",
-        "64MiB",
-        "--region",
-        "0x1234:0:32MiB:rwam",
-        "--mode",
-        "native",
-        "--peer",
-        "198.18.0.1",
-    ]
-    .map(String::from)
-    .to_vec();
+    let args = serve_args(REGION, &["--peer", "198.18.0.1"]);
     let _served = tb.serve(1, &netdam_bin(), &args).expect("netdam serve");
     // The peer counts once the node has bound its MAC (from the neighbour table, within seconds).
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !tb
-        .command(0, netdam_bin())
-        .unwrap()
-        .args([
-            "ping",
-            "--node",
-            "198.18.0.2",
-            "--count",
-            "1",
-            "--timeout-ms",
-            "200",
-            "--retries",
-            "1",
-        ])
-        .output()
-        .unwrap()
-        .status
-        .success()
-    {
+    while !pinged(&tb, 0, 1) {
         assert!(Instant::now() < deadline, "the peer is served within 10 s");
     }
     split_cmd(&tb, &["--port", "9000", "--keep", "64"]).unwrap();

@@ -10,7 +10,7 @@ use std::{
 };
 
 use netdam_common::{counters::Event, wire::DEFAULT_PORT, NetdamHdr, Opcode};
-use netdam_tests::{netdam_bin, require_root, unique_prefix, Rng};
+use netdam_tests::{netdam_bin, pinged, require_root, unique_prefix, Rng};
 use netdam_user::{
     controller::keys::keys_path,
     stats::Stats,
@@ -52,17 +52,6 @@ fn run(tb: &Testbed, i: usize, cmd: &str, args: &[&str]) -> Output {
         String::from_utf8_lossy(&o.stderr)
     );
     o
-}
-
-fn ping(tb: &Testbed, from: usize, node: usize) -> bool {
-    tb.command(from, netdam_bin())
-        .unwrap()
-        .args(["ping", "--node", &tb.hosts[node].ip.to_string(), "--count", "1"])
-        .args(["--timeout-ms", "200", "--retries", "2"])
-        .output()
-        .expect("netdam ping")
-        .status
-        .success()
 }
 
 /// A NOP request sent from host `from` with IPv4 source `claimed` (added to
@@ -118,8 +107,8 @@ fn peers_are_bound_to_their_macs_through_a_flush_and_a_mac_change() {
     let tb = testbed(3);
     let served = serve(&tb, 0, REGION, &[1]);
     let node = tb.hosts[0].ip;
-    assert!(ping(&tb, 1, 0), "the peer is served");
-    assert!(!ping(&tb, 2, 0), "a stranger is not");
+    assert!(pinged(&tb, 1, 0), "the peer is served");
+    assert!(!pinged(&tb, 2, 0), "a stranger is not");
 
     assert!(
         !nop_claiming(&tb, 2, tb.hosts[1].ip, node),
@@ -131,7 +120,7 @@ fn peers_are_bound_to_their_macs_through_a_flush_and_a_mac_change() {
     // tests/tests/xdp_prog.rs send that frame.)
 
     run(&tb, 0, "ip", &["neigh", "flush", "dev", "eth0"]);
-    assert!(ping(&tb, 1, 0), "a flush does not unbind the peer");
+    assert!(pinged(&tb, 1, 0), "a flush does not unbind the peer");
     wait_for("the flushed neighbour entry back", Duration::from_secs(5), || {
         neighbour(&tb, 0, tb.hosts[1].ip).is_some()
     });
@@ -143,7 +132,7 @@ fn peers_are_bound_to_their_macs_through_a_flush_and_a_mac_change() {
     wait_for("the controller to bind the new MAC", Duration::from_secs(10), || {
         served.log().contains(&bound)
     });
-    assert!(ping(&tb, 1, 0), "the peer is served from its new MAC");
+    assert!(pinged(&tb, 1, 0), "the peer is served from its new MAC");
     assert!(served.stop());
 }
 
@@ -225,7 +214,7 @@ fn a_bad_key_burst_is_cut_off_and_raises_an_alarm() {
     let pin = tb.hosts[0].pin_dir.to_str().unwrap().to_string();
     let table = run(&tb, 0, netdam_bin().to_str().unwrap(), &["stats", "--pin-dir", &pin]);
     assert!(String::from_utf8_lossy(&table.stdout).contains("ALARM drop_bad_key_lockout"));
-    assert!(ping(&tb, 2, 0), "another host is served");
+    assert!(pinged(&tb, 2, 0), "another host is served");
     wait_for("an ALARM line in the serve log", Duration::from_secs(5), || {
         served.log().contains("ALARM drop_bad_key_lockout")
     });
