@@ -199,7 +199,7 @@ fn atomic(ctx: &XdpContext, payload_off: u32, op: u8, addr: u64, old: &mut u64) 
     }
     let Some(word) = memory::word(addr) else { return -1 };
     let (a, b) = (u64::from_le(operands[0]), u64::from_le(operands[1]));
-    // SAFETY: an 8-aligned u64 inside a memory chunk (memory_word).
+    // SAFETY: an 8-aligned u64 inside a memory chunk (memory::word).
     *old = unsafe {
         if op == Opcode::FetchAdd as u8 {
             fetch_add64(word, a)
