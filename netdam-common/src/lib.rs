@@ -1,4 +1,4 @@
-//! Wire types and pure protocol logic of NetDAM (`shared/PROTOCOL.md`).
+//! Wire types and pure protocol logic of NetDAM (`docs/PROTOCOL.md`).
 //!
 //! `no_std` so that the XDP program and the host use the very same code for
 //! header layout, validation order and bounds arithmetic. Host-only helpers

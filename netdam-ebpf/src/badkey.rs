@@ -70,5 +70,5 @@ fn bucket_dry(limit: u32, last_dry: u64, src_be: u32) -> bool {
         return false;
     }
     // SAFETY: a lookup in a hash map of plain values.
-    unsafe { BAD_KEY.get(&src_be) }.is_some_and(|b| b.dry(now, limit))
+    unsafe { BAD_KEY.get(src_be) }.is_some_and(|b| b.dry(now, limit))
 }

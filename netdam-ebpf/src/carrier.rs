@@ -116,7 +116,7 @@ pub fn try_parse(ctx: &XdpContext, cfg: &NodeConfig, frame_len: u32, req: &mut R
             return Err(Verdict::Pass);
         }
         // SAFETY: a lookup in a hash map of plain values.
-        return match unsafe { SPLIT_PORTS_MAP.get(&(dst_port as u32)) } {
+        return match unsafe { SPLIT_PORTS_MAP.get(dst_port as u32) } {
             // With a peer table only peers (from their MACs) may fill the
             // ring; a stranger's datagram goes to the kernel whole.
             Some(_) if cfg.flags & cfg_flags::PEERS_ONLY != 0 && !is_bound_peer(ip, &req.eth) => {
@@ -148,7 +148,7 @@ pub fn try_parse(ctx: &XdpContext, cfg: &NodeConfig, frame_len: u32, req: &mut R
     }
     let peers_only = cfg.flags & cfg_flags::PEERS_ONLY != 0;
     // SAFETY: a lookup in a hash map of plain values.
-    let peer = if peers_only { unsafe { PEERS.get(&src) } } else { None };
+    let peer = if peers_only { unsafe { PEERS.get(src) } } else { None };
     // A peer's address counts only from the peer's own MAC, for answers too
     // (a spoofed answer must not reach the host's collective).
     if peer.is_some_and(|p| !p.sent(&req.eth.src_addr)) {
@@ -194,5 +194,5 @@ pub fn try_parse(ctx: &XdpContext, cfg: &NodeConfig, frame_len: u32, req: &mut R
 #[inline(always)]
 fn is_bound_peer(ip: &Ipv4Hdr, eth: &EthHdr) -> bool {
     // SAFETY: a lookup in a hash map of plain values.
-    unsafe { PEERS.get(&u32::from_ne_bytes(ip.src_addr)) }.is_some_and(|p| p.sent(&eth.src_addr))
+    unsafe { PEERS.get(u32::from_ne_bytes(ip.src_addr)) }.is_some_and(|p| p.sent(&eth.src_addr))
 }

@@ -48,7 +48,7 @@ fn bump(slot: u32) {
 /// The verdict for one frame; a frame it cannot parse passes.
 #[inline(always)]
 pub fn run(ctx: &TcContext) -> i32 {
-    try_run(ctx).unwrap_or(TC_ACT_OK as i32)
+    try_run(ctx).unwrap_or(TC_ACT_OK)
 }
 
 #[inline(always)]
@@ -58,12 +58,12 @@ fn try_run(ctx: &TcContext) -> Result<i32, ()> {
     unsafe {
         if (*skb).mark == CHAOS_MARK {
             (*skb).mark = 0;
-            return Ok(TC_ACT_OK as i32);
+            return Ok(TC_ACT_OK);
         }
     }
     let cfg = CONFIG.get(0).ok_or(())?;
     if !is_netdam(ctx, cfg.port)? {
-        return Ok(TC_ACT_OK as i32);
+        return Ok(TC_ACT_OK);
     }
     bump(stat::SEEN);
     let state = RNG.get_ptr_mut(0).ok_or(())?;
@@ -72,11 +72,11 @@ fn try_run(ctx: &TcContext) -> Result<i32, ()> {
     // SAFETY: as above.
     let ifindex = unsafe { (*skb).ifindex };
     // A lookup of this link's slot; only this link's egress path uses it.
-    let held = HELD.get_ptr_mut(&ifindex);
+    let held = HELD.get_ptr_mut(ifindex);
     match cfg.fate(r) {
         Fate::Drop => {
             bump(stat::DROPPED);
-            return Ok(TC_ACT_SHOT as i32);
+            return Ok(TC_ACT_SHOT);
         }
         Fate::Duplicate => {
             if clone_out(ctx, ifindex) == 0 {
@@ -88,7 +88,7 @@ fn try_run(ctx: &TcContext) -> Result<i32, ()> {
                 // SAFETY: the slot's value, valid while the program runs.
                 if unsafe { (*h).len } == 0 && hold(ctx, h) == 0 {
                     bump(stat::HELD);
-                    return Ok(TC_ACT_SHOT as i32);
+                    return Ok(TC_ACT_SHOT);
                 }
             }
         }
@@ -100,7 +100,7 @@ fn try_run(ctx: &TcContext) -> Result<i32, ()> {
             bump(stat::RELEASED);
         }
     }
-    Ok(TC_ACT_OK as i32)
+    Ok(TC_ACT_OK)
 }
 
 /// UDP over IPv4 to or from port P.

@@ -34,7 +34,7 @@ pub static PEERS: HashMap<u32, PeerEntry> = HashMap::with_max_entries(PEER_SLOTS
 #[inline(always)]
 pub fn peer_mac(ip_be: u32) -> Option<[u8; 6]> {
     // SAFETY: a lookup in a hash map of plain values.
-    match unsafe { PEERS.get(&ip_be) } {
+    match unsafe { PEERS.get(ip_be) } {
         Some(p) if p.is_resolved() => Some(p.mac),
         _ => None,
     }
@@ -93,7 +93,7 @@ pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(COUNTER_SL
 
 /// Bytes one copy step moves between the frame and NetDAM memory.
 pub const SCRATCH_LEN: usize = 4096;
-const _: () = assert!(SCRATCH_LEN <= MAX_PAYLOAD && MEM_CHUNK % SCRATCH_LEN == 0);
+const _: () = assert!(SCRATCH_LEN <= MAX_PAYLOAD && MEM_CHUNK.is_multiple_of(SCRATCH_LEN));
 
 /// Per-CPU bounce buffer: the verifier needs a statically sized buffer on one
 /// side of every variable-length copy.

@@ -88,7 +88,7 @@ fn try_execute(ctx: &XdpContext, cfg: &NodeConfig, req: &Request) -> Result<u32,
         return Err(Status::BadOpcode.into());
     }
     // SAFETY: a lookup in a hash map of plain values.
-    let region = unsafe { REGIONS.get(&h.rkey()) };
+    let region = unsafe { REGIONS.get(h.rkey()) };
     let addr = h.addr();
     check_access(region, &checked, addr)?;
     if matches!(checked.op, Opcode::Msg | Opcode::WriteNotify) && !handover::has_receiver(ctx) {

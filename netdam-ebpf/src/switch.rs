@@ -64,7 +64,7 @@ pub fn run(ctx: &XdpContext) -> u32 {
         }
     }
     // SAFETY: a plain u32 value, read once.
-    let Some(&port) = (unsafe { FDB.get(&key) }) else {
+    let Some(&port) = (unsafe { FDB.get(key) }) else {
         bump(stat::UNKNOWN);
         return xdp_action::XDP_PASS;
     };

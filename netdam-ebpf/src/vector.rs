@@ -35,7 +35,7 @@ use crate::{
 
 /// Bytes one block callback combines: 16 lanes of 4 bytes or 8 of 8.
 const BLOCK: u32 = 128;
-const _: () = assert!(SCRATCH_LEN % BLOCK as usize == 0 && MEM_CHUNK % BLOCK as usize == 0);
+const _: () = assert!(SCRATCH_LEN.is_multiple_of(BLOCK as usize) && MEM_CHUNK.is_multiple_of(BLOCK as usize));
 
 /// State of one piece's loops.
 #[repr(C)]
@@ -248,13 +248,13 @@ fn block_kind(reduce: bool, dtype: Dtype, alu: Alu, off: u32) -> Option<Block> {
     match (reduce, wide) {
         // Word-wide only where memory words are 8-aligned like the scratch
         // buffer's: a u64 load needs the alignment.
-        (true, false) if has_word_form(dtype, alu) && off % 8 == 0 => Some(Block::Reduce32x2),
+        (true, false) if has_word_form(dtype, alu) && off.is_multiple_of(8) => Some(Block::Reduce32x2),
         (true, false) => Some(Block::Reduce32),
         (true, true) => Some(Block::Reduce64),
         (false, _) if !has_word_form(dtype, alu) => None,
         // AND, OR and XOR of a u64 word are those of its two 4-byte lanes,
         // and one atomic instruction on the word is atomic for both.
-        (false, false) if alu.is_bitwise() && off % 8 == 0 => Some(Block::Accumulate64),
+        (false, false) if alu.is_bitwise() && off.is_multiple_of(8) => Some(Block::Accumulate64),
         (false, false) => Some(Block::Accumulate32),
         (false, true) => Some(Block::Accumulate64),
     }

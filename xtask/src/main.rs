@@ -1,5 +1,6 @@
 //! `cargo xtask`: set up the machine, build, run, and test NetDAM-XDP.
 
+mod protocol;
 mod setup;
 
 use std::{
@@ -87,13 +88,23 @@ enum Cmd {
         #[arg(value_parser = ["xdp-ops", "allreduce", "node", "client", "fpga", "msg", "memwall"])]
         which: Vec<String>,
     },
-    /// Set up, build, run every test: host unit tests, then (as root) the XDP program
-    /// through BPF_PROG_TEST_RUN and the integration tests on the testbed.
+    /// Set up, build, run every test: tier 1 the host unit tests, the HLS port and the
+    /// protocol check; tier 2 (root) the XDP program through BPF_PROG_TEST_RUN; tier 3
+    /// (root) NetDAM on the namespace testbed.
     Test {
-        /// Run only the host unit tests (tier 1), which need no root.
-        #[arg(long)]
+        /// Run only the host unit tests (tier 1), which need no root (same as `--tier 1`).
+        #[arg(long, conflicts_with = "tier")]
         unprivileged: bool,
+        /// Run only these tiers (repeat or comma-separate: `--tier 2`, `--tier 1,2`).
+        #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u8).range(1..=3))]
+        tier: Vec<u8>,
     },
+    /// Check formatting (`cargo fmt --check`) and clippy with `-D warnings` on every crate,
+    /// the eBPF crate included (CI runs this before the tests).
+    Lint,
+    /// Check that docs/PROTOCOL.md, without its reading blocks, is the wire contract
+    /// beside the repository (../shared/PROTOCOL.md, or NETDAM_PROTOCOL).
+    Protocol,
 }
 
 #[derive(Subcommand)]
@@ -177,7 +188,9 @@ fn run(cli: Cli) -> Result<()> {
                 TestbedCmd::Down => cmd(Command::new(&netdam).args(["testbed", "down"])),
             }
         }
-        Cmd::Test { unprivileged } => test(&root, unprivileged),
+        Cmd::Test { unprivileged, tier } => test(&root, Tiers::chosen(unprivileged, &tier)),
+        Cmd::Lint => lint(&root),
+        Cmd::Protocol => protocol::check(&root),
         Cmd::Allreduce {
             nodes,
             dtype,
@@ -361,42 +374,147 @@ fn build(root: &Path) -> Result<()> {
         .args(["build", "--release", "--package", "netdam-user", "--bins"]))
 }
 
-fn test(root: &Path, unprivileged: bool) -> Result<()> {
+/// Which test tiers a `cargo xtask test` runs.
+#[derive(Clone, Copy)]
+struct Tiers {
+    host: bool,
+    prog_test_run: bool,
+    testbed: bool,
+}
+
+impl Tiers {
+    fn chosen(unprivileged: bool, tiers: &[u8]) -> Tiers {
+        match (unprivileged, tiers.is_empty()) {
+            (true, _) => Tiers {
+                host: true,
+                prog_test_run: false,
+                testbed: false,
+            },
+            (false, true) => Tiers {
+                host: true,
+                prog_test_run: true,
+                testbed: true,
+            },
+            (false, false) => Tiers {
+                host: tiers.contains(&1),
+                prog_test_run: tiers.contains(&2),
+                testbed: tiers.contains(&3),
+            },
+        }
+    }
+}
+
+/// The test files of `tests/` that need only BPF_PROG_TEST_RUN (tier 2); every
+/// other file there needs the namespace testbed (tier 3).
+const TIER2_TESTS: [&str; 5] = ["xdp_prog", "alu", "vectors", "window", "differential"];
+
+/// The test files of tests/tests/, by name, in the tier that `tier2` says.
+fn test_files(root: &Path, tier2: bool) -> Result<Vec<String>> {
+    let dir = root.join("tests/tests");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .with_context(|| format!("listing {}", dir.display()))?
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            Some(name.strip_suffix(".rs")?.to_string())
+        })
+        .filter(|n| TIER2_TESTS.contains(&n.as_str()) == tier2)
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+fn test(root: &Path, tiers: Tiers) -> Result<()> {
     setup::run()?;
     build(root)?;
-    println!("==> tier 1: host unit tests (no root)");
-    cmd(cargo().current_dir(root).args(["test", "--release", "--tests"]))?;
-    // The reference model and the check that tests/vectors/ is what it generates.
-    cmd(cargo().current_dir(root).args([
-        "test",
-        "--release",
-        "--tests",
-        "--package",
-        "netdam-common",
-        "--features",
-        "model",
-    ]))?;
-    println!(
-        "==> tier 1: the HLS port (fpga-port): gcc and clang, sanitizers, the vectors, the synthesizability check"
-    );
-    setup::fpga_tools()?;
-    cmd(Command::new("make").current_dir(root).args(["-C", "fpga-port", "test"]))?;
-    if unprivileged {
-        println!("tiers 2 and 3 skipped (--unprivileged)");
+    if tiers.host {
+        println!("==> tier 1: host unit tests (no root)");
+        cmd(cargo().current_dir(root).args(["test", "--release", "--tests"]))?;
+        // The reference model and the check that tests/vectors/ is what it generates.
+        cmd(cargo().current_dir(root).args([
+            "test",
+            "--release",
+            "--tests",
+            "--package",
+            "netdam-common",
+            "--features",
+            "model",
+        ]))?;
+        println!("==> tier 1: docs/PROTOCOL.md against the wire contract");
+        protocol::check(root)?;
+        println!(
+            "==> tier 1: the HLS port (fpga-port): gcc and clang, sanitizers, the vectors, the synthesizability check"
+        );
+        setup::fpga_tools()?;
+        cmd(Command::new("make").current_dir(root).args(["-C", "fpga-port", "test"]))?;
+    }
+    if !tiers.prog_test_run && !tiers.testbed {
+        println!("tiers 2 and 3 not asked for: done");
         return Ok(());
     }
     if !setup::is_root() {
         bail!(
             "tiers 2 (the XDP program via BPF_PROG_TEST_RUN) and 3 (the namespace testbed) need root: \
-             run `sudo -E cargo xtask test`, or `cargo xtask test --unprivileged` for tier 1 only"
+             run `sudo -E cargo xtask test`, or `cargo xtask test --tier 1` for tier 1 only"
         );
     }
-    println!("==> tiers 2 and 3: the XDP program in the kernel, and the testbed (root)");
-    cmd(cargo().current_dir(root).env("NETDAM_BIN", netdam_bin(root)).args([
-        "test",
+    for (on, tier2, title) in [
+        (
+            tiers.prog_test_run,
+            true,
+            "tier 2: the XDP program in the kernel through BPF_PROG_TEST_RUN (root)",
+        ),
+        (tiers.testbed, false, "tier 3: NetDAM on the namespace testbed (root)"),
+    ] {
+        if !on {
+            continue;
+        }
+        println!("==> {title}");
+        let mut c = cargo();
+        c.current_dir(root).env("NETDAM_BIN", netdam_bin(root)).args([
+            "test",
+            "--release",
+            "--package",
+            "netdam-tests",
+        ]);
+        for name in test_files(root, tier2)? {
+            c.args(["--test", &name]);
+        }
+        cmd(&mut c)?;
+    }
+    Ok(())
+}
+
+/// `cargo xtask lint`: formatting, then clippy `-D warnings` on the host crates, the
+/// tests and benches, and the eBPF crate (for its own target, with nightly).
+fn lint(root: &Path) -> Result<()> {
+    setup::run()?;
+    println!("==> cargo fmt --check");
+    cmd(cargo().current_dir(root).args(["fmt", "--all", "--check"]))?;
+    println!("==> clippy -D warnings: host crates, tests and benches");
+    cmd(cargo().current_dir(root).args([
+        "clippy",
         "--release",
-        "--tests",
+        "--workspace",
+        "--exclude",
+        "netdam-ebpf",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    println!("==> clippy -D warnings: the eBPF crate (bpfel-unknown-none)");
+    cmd(Command::new("cargo").current_dir(root).args([
+        "+nightly",
+        "clippy",
+        "--release",
         "--package",
-        "netdam-tests",
+        "netdam-ebpf",
+        "--target",
+        "bpfel-unknown-none",
+        "-Z",
+        "build-std=core",
+        "--",
+        "-D",
+        "warnings",
     ]))
 }

@@ -240,7 +240,7 @@ fn try_hop(
     }
     // SAFETY: a lookup in a hash map of plain values.
     let next_peer = match shape.forwards() {
-        true => unsafe { PEERS.get(&next.ip().to_be()) }.copied(),
+        true => unsafe { PEERS.get(next.ip().to_be()) }.copied(),
         false => None,
     };
     let next_is_peer = !shape.forwards() || next_peer.is_some();
@@ -252,10 +252,10 @@ fn try_hop(
     };
     let named = times_named(ctx, sr_off, shape.n, me)?;
     // SAFETY: lookups in hash maps of plain values.
-    let region = unsafe { REGIONS.get(&h.rkey()) };
+    let region = unsafe { REGIONS.get(h.rkey()) };
     let checked = check_hop(h, sr, shape, &here, &next, next_is_peer, named, me, cfg.mtu, region)?;
     // SAFETY: as above.
-    let generation = unsafe { GENERATIONS.get(&h.rkey()) }.copied().unwrap_or(0);
+    let generation = unsafe { GENERATIONS.get(h.rkey()) }.copied().unwrap_or(0);
     check_ready(checked.op, h.tag(), generation)?;
     let slot = if hop_needs_window(&checked) {
         let key = SourceKey {
@@ -443,5 +443,5 @@ fn emit(ctx: &XdpContext, req: &Request, to: &Addressing, r: &Rewrite) -> i32 {
 #[inline(always)]
 fn is_peer(ip_be: u32) -> bool {
     // SAFETY: a lookup in a hash map of plain values.
-    unsafe { PEERS.get(&ip_be) }.is_some()
+    unsafe { PEERS.get(ip_be) }.is_some()
 }
