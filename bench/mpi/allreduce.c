@@ -3,7 +3,7 @@
  * warmup, every result checked. Rank 0 prints one JSON line per size:
  * {"bytes":B,"time_us":T,"wrong":W,"cpu_ns":C}, T the slowest rank's mean,
  * C the whole machine's busy CPU time per call during the timed calls
- * (/proc/stat, as netdam_user::cpu::machine_busy_ns counts it). */
+ * (/proc/stat, as netdam_lab::cpu::machine_busy_ns counts it). */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>

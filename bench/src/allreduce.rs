@@ -29,13 +29,15 @@ use std::{
 
 use anyhow::{bail, ensure, Context as _, Result};
 use netdam_common::wire::{Alu, Dtype, DEFAULT_PORT};
+use netdam_lab::{
+    cpu::machine_busy_ns,
+    plot,
+    testbed::{Fabric, MemberThread, Served, Testbed},
+};
 use netdam_tests::{netdam_bin, require_root};
 use netdam_user::{
     collective::{inputs, table::busbw, Allreduce, Collective, CollectiveConfig, Group, MemberNode},
     controller::LocalNode,
-    cpu::machine_busy_ns,
-    plot,
-    testbed::{Fabric, MemberThread, Served, Testbed},
 };
 use serde::Serialize;
 

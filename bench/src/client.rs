@@ -16,12 +16,12 @@ use netdam_common::{
     wire::{flags, DEFAULT_PORT},
     NetdamHdr, Opcode,
 };
-use netdam_tests::{netdam_bin, require_root, Rng};
-use netdam_user::{
+use netdam_lab::{
     plot,
     testbed::{host_ip, host_mac, Testbed},
-    Client, ClientConfig,
 };
+use netdam_tests::{netdam_bin, require_root, Rng};
+use netdam_user::{Client, ClientConfig};
 use serde::Serialize;
 
 use crate::node::{generate, median, write_ok, CLIENT_PORT};

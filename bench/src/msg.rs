@@ -13,11 +13,11 @@
 use std::{path::PathBuf, time::Duration};
 
 use anyhow::{Context as _, Result};
-use netdam_tests::{netdam_bin, require_root};
-use netdam_user::{
+use netdam_lab::{
     memwall::{Mode, Rig, Traffic},
     plot,
 };
+use netdam_tests::{netdam_bin, require_root};
 use serde::Serialize;
 
 #[derive(clap::Args)]

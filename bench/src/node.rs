@@ -37,13 +37,12 @@ use netdam_common::{
     wire::{flags, DEFAULT_PORT},
     NetdamHdr, Opcode, Status,
 };
-use netdam_tests::{netdam_bin, require_root};
-use netdam_user::{
-    controller::NETDAM_XDP,
+use netdam_lab::{
     plot,
-    stats::Stats,
     testbed::{host_ip, host_mac, Served, Testbed, IFACE},
 };
+use netdam_tests::{netdam_bin, require_root};
+use netdam_user::stats::Stats;
 use serde::Serialize;
 
 use crate::udp_node::UdpNode;
@@ -153,8 +152,10 @@ pub(crate) fn write_ok(tb: &Testbed) -> Result<u64> {
 /// host 1 drops whatever comes back in XDP; (frames sent, seconds).
 pub(crate) fn generate(tb: &Testbed, frame: &[u8], duration: Duration) -> Result<(u64, f64)> {
     let frame = frame.to_vec();
-    netdam_user::testbed::in_netns(&tb.hosts[1].netns, move || -> Result<(u64, f64)> {
-        let mut ebpf = EbpfLoader::new().load(NETDAM_XDP).context("loading the generator")?;
+    netdam_lab::testbed::in_netns(&tb.hosts[1].netns, move || -> Result<(u64, f64)> {
+        let mut ebpf = EbpfLoader::new()
+            .load(netdam_lab::NETDAM_LAB_XDP)
+            .context("loading the generator")?;
         let ifindex = nix::net::if_::if_nametoindex(IFACE)?;
         let absorb: &mut Xdp = ebpf.program_mut("netdam_drop").context("netdam_drop")?.try_into()?;
         absorb.load()?;
@@ -237,7 +238,7 @@ fn attach_dropper(tb: &Testbed) -> Result<Held<u64>> {
     let (held, ()) = Held::start(
         &tb.hosts[0].netns,
         || {
-            let mut ebpf = EbpfLoader::new().load(NETDAM_XDP)?;
+            let mut ebpf = EbpfLoader::new().load(netdam_lab::NETDAM_LAB_XDP)?;
             let drop: &mut Xdp = ebpf.program_mut("netdam_drop").context("netdam_drop")?.try_into()?;
             drop.load()?;
             drop.attach(IFACE, XdpMode::Driver)?;
@@ -276,7 +277,7 @@ fn enter(netns: &str) -> Result<()> {
 
 /// `samples` READs of 64 bytes from host 1, one at a time; (p50, p99) in us.
 fn read_latency(tb: &Testbed, samples: u32) -> Result<(f64, f64)> {
-    netdam_user::testbed::in_netns(&tb.hosts[1].netns, move || -> Result<(f64, f64)> {
+    netdam_lab::testbed::in_netns(&tb.hosts[1].netns, move || -> Result<(f64, f64)> {
         let sock = UdpSocket::bind(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0))?;
         sock.connect(SocketAddrV4::new(host_ip(0), DEFAULT_PORT))?;
         sock.set_read_timeout(Some(Duration::from_secs(1)))?;

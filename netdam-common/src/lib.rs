@@ -15,6 +15,7 @@ pub mod region;
 pub mod split;
 pub mod switch;
 pub mod validate;
+pub mod verifier;
 pub mod window;
 pub mod wire;
 

@@ -9,7 +9,6 @@ mod atomic;
 mod badkey;
 mod carrier;
 mod chain;
-mod chaos;
 mod checksum;
 mod handover;
 mod inject;
@@ -18,15 +17,10 @@ mod memory;
 mod ops;
 mod respond;
 mod split;
-mod switch;
 mod vector;
 mod window;
 
-use aya_ebpf::{
-    bindings::xdp_action,
-    macros::{classifier, xdp},
-    programs::{TcContext, XdpContext},
-};
+use aya_ebpf::{bindings::xdp_action, macros::xdp, programs::XdpContext};
 use handover::frame_len;
 use netdam_common::{chain::check_chain_preamble, counters::Event, Opcode};
 
@@ -71,21 +65,6 @@ fn verdict(ctx: &XdpContext, r: Result<u32, Verdict>) -> u32 {
     }
 }
 
-/// Lets every frame through. The testbed attaches it to the switch side of
-/// each veth: veth delivers XDP_TX frames only to a peer that runs XDP.
-/// Frags-aware, so that it attaches to a jumbo-MTU testbed too.
-#[xdp(frags)]
-pub fn netdam_pass(_ctx: XdpContext) -> u32 {
-    xdp_action::XDP_PASS
-}
-
-/// The testbed's XDP switch on the switch side of each link: unicast frames
-/// go port to port through a devmap, the rest to the bridge (`switch.rs`).
-#[xdp(frags)]
-pub fn netdam_switch(ctx: XdpContext) -> u32 {
-    switch::run(&ctx)
-}
-
 /// The collective's injector: one chunk request per BPF_PROG_TEST_RUN
 /// repeat, built from NetDAM memory (`inject.rs`).
 #[xdp]
@@ -98,32 +77,6 @@ pub fn netdam_inject(ctx: XdpContext) -> u32 {
 #[xdp]
 pub fn netdam_window_sweep(ctx: XdpContext) -> u32 {
     window::sweep(&ctx)
-}
-
-/// Benchmark ceiling: counts a frame and drops it, the least a node can do
-/// with a frame in XDP (`netdam-bench node`).
-#[xdp]
-pub fn netdam_drop(_ctx: XdpContext) -> u32 {
-    if let Some(n) = maps::BENCH_DROPPED.get_ptr_mut(0) {
-        // SAFETY: this CPU's counter.
-        unsafe { *n += 1 };
-    }
-    xdp_action::XDP_DROP
-}
-
-/// Benchmark generator: sends the frame it is given back out. Run through
-/// BPF_PROG_TEST_RUN with live frames, it transmits one frame per repeat
-/// with no system call per frame (`netdam-bench node`).
-#[xdp]
-pub fn netdam_tx(_ctx: XdpContext) -> u32 {
-    xdp_action::XDP_TX
-}
-
-/// The testbed's chaos element, on the egress of each switch port: drops,
-/// duplicates and reorders a configured fraction of NetDAM frames.
-#[classifier]
-pub fn netdam_chaos(ctx: TcContext) -> i32 {
-    chaos::run(&ctx)
 }
 
 #[inline(always)]

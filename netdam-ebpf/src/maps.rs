@@ -113,10 +113,6 @@ pub fn count_event(e: Event) {
     count(e as u32)
 }
 
-/// Frames `netdam_drop` dropped, per CPU (benchmarks only).
-#[map(name = "BENCH_DROPPED")]
-pub static BENCH_DROPPED: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
-
 /// The injector's job (`netdam_common::inject`), written by the collective engine.
 #[map(name = "NETDAM_INJECT")]
 pub static INJECT: Array<netdam_common::inject::InjectJob> = Array::with_max_entries(1, 0);

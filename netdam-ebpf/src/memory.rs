@@ -14,6 +14,7 @@ use aya_ebpf::{
     programs::XdpContext,
 };
 use netdam_common::config::{MAX_PAYLOAD, MEM_CHUNK};
+pub use netdam_common::verifier::bounded_len;
 
 use crate::maps::{NETDAM_MEM, SCRATCH, SCRATCH_LEN};
 
@@ -115,15 +116,6 @@ fn copy(ctx: &XdpContext, frame_off: u32, addr: u64, len: u32, dir: Direction) -
 fn piece_len(left: u32, to_chunk_end: u32) -> u32 {
     let n = if left < to_chunk_end { left } else { to_chunk_end };
     bounded_len(n, SCRATCH_LEN as u32)
-}
-
-/// `n` for 1 <= n <= max (a power of two), computed so that the verifier
-/// sees the range 1..=max: a plain clamp gets reordered by LLVM into a form
-/// whose lower bound the verifier loses.
-#[inline(always)]
-pub fn bounded_len(n: u32, max: u32) -> u32 {
-    let n = if n > max { max } else { n };
-    (n.wrapping_sub(1) & (max - 1)) + 1
 }
 
 /// The 8-byte word of NetDAM memory at `addr` (rounded down to 8-aligned;

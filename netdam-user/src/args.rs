@@ -184,6 +184,17 @@ pub fn perm_letters(perms: u32) -> String {
     .collect()
 }
 
+/// How the collective's members send their chunks: `socket`, `injector` or `af-xdp`.
+pub fn parse_transmit(s: &str) -> Result<crate::collective::TxPath, String> {
+    use crate::collective::TxPath;
+    match s {
+        "socket" => Ok(TxPath::Socket),
+        "injector" => Ok(TxPath::Injector),
+        "af-xdp" => Ok(TxPath::AfXdp),
+        _ => Err(format!("{s:?} is not a way to send: socket, injector or af-xdp")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

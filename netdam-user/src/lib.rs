@@ -5,14 +5,11 @@
 
 pub mod afxdp;
 pub mod args;
+pub mod cli;
 pub mod client;
 pub mod collective;
 pub mod controller;
-pub mod cpu;
-pub mod memwall;
-pub mod plot;
 pub mod stats;
-pub mod testbed;
 
 pub use client::{Client, ClientConfig, ClientError};
 pub use controller::{Node, NodeSpec};

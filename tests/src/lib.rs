@@ -41,6 +41,20 @@ pub fn netdam_bin() -> std::path::PathBuf {
     p
 }
 
+/// The netdam-lab binary (testbed and bench commands): $NETDAM_LAB_BIN, else
+/// the one beside the netdam binary under test.
+pub fn netdam_lab_bin() -> std::path::PathBuf {
+    let p = std::env::var_os("NETDAM_LAB_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| netdam_bin().with_file_name("netdam-lab"));
+    assert!(
+        p.exists(),
+        "{} is missing: build it with `cargo xtask build` (or run `cargo xtask test`)",
+        p.display()
+    );
+    p
+}
+
 /// A seeded xorshift generator: tests and fuzzing reproduce from the seed.
 pub struct Rng(pub u64);
 
@@ -82,7 +96,7 @@ impl Drop for PinDir {
 
 /// Whether host `from` gets an answer to `netdam ping` from the node
 /// served in host `node` (a NOP, two retries of 200 ms).
-pub fn pinged(tb: &netdam_user::testbed::Testbed, from: usize, node: usize) -> bool {
+pub fn pinged(tb: &netdam_lab::testbed::Testbed, from: usize, node: usize) -> bool {
     tb.command(from, netdam_bin())
         .unwrap()
         .args(["ping", "--node", &tb.hosts[node].ip.to_string(), "--count", "1"])

@@ -4,10 +4,10 @@
 
 use std::{net::Ipv4Addr, time::Duration};
 
+use netdam_lab::testbed::{MemberThread, Served, Testbed};
 use netdam_user::{
     collective::{Allreduce, Collective, CollectiveConfig, Group, Report},
     controller::LocalNode,
-    testbed::{MemberThread, Served, Testbed},
 };
 
 use crate::{netdam_bin, require_root, unique_prefix};

@@ -15,10 +15,10 @@ use netdam_common::{
     wire::ipv4_header_checksum,
     Status,
 };
+use netdam_lab::testbed::{Served, Testbed};
 use netdam_tests::{netdam_bin, pinged, require_root, unique_prefix};
 use netdam_user::{
     afxdp::{Delivery, Endpoint, EndpointConfig, XskStats},
-    testbed::{Served, Testbed},
     Client, ClientConfig, ClientError,
 };
 

@@ -9,6 +9,7 @@ use netdam_common::{
     chain::{ring_chunk_elems, ring_result},
     wire::{Alu, Dtype},
 };
+use netdam_lab::testbed::{Chaos, Testbed};
 use netdam_tests::{
     netdam_bin, require_root,
     ring::{Ring, RKEY},
@@ -17,7 +18,6 @@ use netdam_tests::{
 use netdam_user::{
     collective::{inputs::member_input, Allreduce, CollectiveConfig, TxPath},
     controller::LocalNode,
-    testbed::{Chaos, Testbed},
 };
 
 /// Where every member keeps its input and output (the sync area is at 0).
@@ -307,13 +307,13 @@ fn the_sweep_prints_the_nccl_table_and_writes_json_and_svg() {
     require_root();
     let prefix = unique_prefix();
     let dir = std::env::temp_dir().join(format!("netdam-sweep-{prefix}"));
-    let out = std::process::Command::new(netdam_bin())
+    let out = std::process::Command::new(netdam_tests::netdam_lab_bin())
         .args(["testbed", "allreduce", "--nodes", "3", "--dtype", "f32", "--op", "max"])
         .args(["--max-bytes", "64KiB", "--iters", "2", "--prefix", &prefix])
         .arg("--out")
         .arg(&dir)
         .output()
-        .expect("run netdam testbed allreduce");
+        .expect("run netdam-lab testbed allreduce");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

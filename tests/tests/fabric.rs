@@ -9,8 +9,8 @@ use std::{
     time::Duration,
 };
 
+use netdam_lab::testbed::{Fabric, Testbed};
 use netdam_tests::{netdam_bin, require_root, unique_prefix};
-use netdam_user::testbed::{Fabric, Testbed};
 
 /// Seeded bytes (xorshift), so that corruption anywhere shows.
 fn pattern(len: usize, seed: u64) -> Vec<u8> {

@@ -1,14 +1,14 @@
-//! Tier 3: `netdam bench memwall --quick`, the smoke configuration, on a
+//! Tier 3: `netdam-lab bench memwall --quick`, the smoke configuration, on a
 //! testbed of its own: every row is there, every mode delivered, and the
 //! bytes each mode handed the host are what PROTOCOL.md makes them.
 
-use netdam_tests::{netdam_bin, require_root, unique_prefix};
+use netdam_tests::{netdam_lab_bin, require_root, unique_prefix};
 
 #[test]
 fn the_quick_memwall_run_has_every_row_and_the_bytes_each_mode_hands_the_host() {
     require_root();
     let out = tempfile_dir();
-    let o = std::process::Command::new(netdam_bin())
+    let o = std::process::Command::new(netdam_lab_bin())
         .args([
             "bench",
             "memwall",
@@ -20,9 +20,9 @@ fn the_quick_memwall_run_has_every_row_and_the_bytes_each_mode_hands_the_host() 
         ])
         .arg(&out)
         .output()
-        .expect("run netdam bench memwall");
+        .expect("run netdam-lab bench memwall");
     let stderr = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "netdam bench memwall --quick failed:\n{stderr}");
+    assert!(o.status.success(), "netdam-lab bench memwall --quick failed:\n{stderr}");
     let r: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON on stdout");
     assert!(stderr.contains("no memory-controller counters") || r["hw_counters_missing"].is_null());
     let size = r["config"]["size"].as_f64().unwrap();

@@ -10,12 +10,9 @@ use std::{
 };
 
 use netdam_common::{counters::Event, wire::DEFAULT_PORT, NetdamHdr, Opcode};
+use netdam_lab::testbed::{Fabric, Served, Testbed};
 use netdam_tests::{netdam_bin, pinged, require_root, unique_prefix, Rng};
-use netdam_user::{
-    controller::keys::keys_path,
-    stats::Stats,
-    testbed::{Fabric, Served, Testbed},
-};
+use netdam_user::{controller::keys::keys_path, stats::Stats};
 
 const REGION: &str = "0x1234:0:4MiB:rwam";
 

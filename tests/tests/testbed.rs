@@ -3,8 +3,8 @@
 
 use std::{net::UdpSocket, process::Output, time::Duration};
 
+use netdam_lab::testbed::{Served, Testbed};
 use netdam_tests::{netdam_bin, require_root, unique_prefix};
-use netdam_user::testbed::{Served, Testbed};
 
 const REGION: &str = "0x1234:0:64MiB:rwam";
 
@@ -279,7 +279,7 @@ fn ordinary_udp_service_keeps_working_beside_netdam() {
     let (tx, rx) = std::sync::mpsc::channel();
     let netns = tb.hosts[0].netns.clone();
     let echo = std::thread::spawn(move || {
-        netdam_user::testbed::in_netns(&netns, move || {
+        netdam_lab::testbed::in_netns(&netns, move || {
             let s = UdpSocket::bind(&bound).unwrap();
             s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
             tx.send(()).unwrap();
@@ -509,7 +509,7 @@ fn concurrent_clients_get_exact_totals() {
             std::thread::spawn({
                 let netns = tb.hosts[h].netns.clone();
                 move || {
-                    netdam_user::testbed::in_netns(&netns, move || {
+                    netdam_lab::testbed::in_netns(&netns, move || {
                         let rt = tokio::runtime::Builder::new_current_thread()
                             .enable_all()
                             .build()
@@ -572,10 +572,10 @@ fn concurrent_clients_get_exact_totals() {
 fn the_demo_shows_nodes_memory_and_a_message_and_cleans_up() {
     require_root();
     let prefix = unique_prefix();
-    let o = std::process::Command::new(netdam_bin())
+    let o = std::process::Command::new(netdam_tests::netdam_lab_bin())
         .args(["testbed", "demo", "--nodes", "2", "--prefix", &prefix])
         .output()
-        .expect("run netdam testbed demo");
+        .expect("run netdam-lab testbed demo");
     let out = ok(&o);
     assert!(out.contains("read it back byte-exact"), "{out}");
     assert!(
@@ -595,7 +595,7 @@ fn the_demo_shows_nodes_memory_and_a_message_and_cleans_up() {
 fn batched_transfers_survive_loss_duplication_and_reordering() {
     let tb = testbed(2);
     let _served = serve(&tb, 0, "64MiB");
-    tb.impair(&netdam_user::testbed::Chaos {
+    tb.impair(&netdam_lab::testbed::Chaos {
         loss: 0.02,
         dup: 0.02,
         reorder: 0.02,

@@ -30,7 +30,7 @@ enum Cmd {
         #[arg(last = true)]
         serve_args: Vec<String>,
     },
-    /// Build or remove the namespace testbed (`netdam testbed`).
+    /// Build or remove the namespace testbed (`netdam-lab testbed`).
     Testbed {
         #[command(subcommand)]
         cmd: TestbedCmd,
@@ -151,19 +151,18 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Run { serve_args } => {
             setup::run()?;
             build(&root)?;
-            let netdam = netdam_bin(&root);
             setup::require_root("cargo xtask run")?;
             if serve_args.is_empty() {
-                cmd(Command::new(&netdam).args(["testbed", "demo", "--nodes", "3"]))
+                cmd(Command::new(lab_bin(&root)).args(["testbed", "demo", "--nodes", "3"]))
             } else {
-                cmd(Command::new(&netdam).arg("serve").args(&serve_args))
+                cmd(Command::new(netdam_bin(&root)).arg("serve").args(&serve_args))
             }
         }
         Cmd::Testbed { cmd: tb } => {
             setup::run()?;
             build(&root)?;
             setup::require_root("cargo xtask testbed")?;
-            let netdam = netdam_bin(&root);
+            let lab = lab_bin(&root);
             match tb {
                 TestbedCmd::Up {
                     nodes,
@@ -173,7 +172,7 @@ fn run(cli: Cli) -> Result<()> {
                     dup,
                     reorder,
                     seed,
-                } => cmd(Command::new(&netdam)
+                } => cmd(Command::new(&lab)
                     .args([
                         "testbed",
                         "up",
@@ -185,7 +184,7 @@ fn run(cli: Cli) -> Result<()> {
                         &fabric,
                     ])
                     .args(["--loss", &loss, "--dup", &dup, "--reorder", &reorder, "--seed", &seed])),
-                TestbedCmd::Down => cmd(Command::new(&netdam).args(["testbed", "down"])),
+                TestbedCmd::Down => cmd(Command::new(&lab).args(["testbed", "down"])),
             }
         }
         Cmd::Test { unprivileged, tier } => test(&root, Tiers::chosen(unprivileged, &tier)),
@@ -206,7 +205,7 @@ fn run(cli: Cli) -> Result<()> {
             setup::run()?;
             build(&root)?;
             setup::require_root("cargo xtask allreduce")?;
-            let mut c = Command::new(netdam_bin(&root));
+            let mut c = Command::new(lab_bin(&root));
             c.current_dir(&root)
                 .args(["testbed", "allreduce", "--nodes", &nodes.to_string()]);
             c.args([
@@ -333,8 +332,8 @@ fn run(cli: Cli) -> Result<()> {
                     .arg(&results))?;
             }
             if wants("memwall") {
-                println!("==> bench: the memory wall (netdam bench memwall)");
-                cmd(Command::new(netdam_bin(&root))
+                println!("==> bench: the memory wall (netdam-lab bench memwall)");
+                cmd(Command::new(lab_bin(&root))
                     .args(["bench", "memwall", "--out"])
                     .arg(&results))?;
             }
@@ -354,6 +353,11 @@ fn netdam_bin(root: &Path) -> PathBuf {
     root.join("target/release/netdam")
 }
 
+/// The lab's command (testbed, demo, sweeps, memwall), built beside `netdam`.
+fn lab_bin(root: &Path) -> PathBuf {
+    root.join("target/release/netdam-lab")
+}
+
 fn cargo() -> Command {
     Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
 }
@@ -368,10 +372,16 @@ fn cmd(c: &mut Command) -> Result<()> {
 }
 
 fn build(root: &Path) -> Result<()> {
-    println!("==> building the XDP program and the netdam binary");
-    cmd(cargo()
-        .current_dir(root)
-        .args(["build", "--release", "--package", "netdam-user", "--bins"]))
+    println!("==> building the XDP programs and the netdam and netdam-lab binaries");
+    cmd(cargo().current_dir(root).args([
+        "build",
+        "--release",
+        "--package",
+        "netdam-user",
+        "--package",
+        "netdam-lab",
+        "--bins",
+    ]))
 }
 
 /// Which test tiers a `cargo xtask test` runs.
@@ -497,18 +507,22 @@ fn lint(root: &Path) -> Result<()> {
         "--workspace",
         "--exclude",
         "netdam-ebpf",
+        "--exclude",
+        "netdam-lab-ebpf",
         "--all-targets",
         "--",
         "-D",
         "warnings",
     ]))?;
-    println!("==> clippy -D warnings: the eBPF crate (bpfel-unknown-none)");
+    println!("==> clippy -D warnings: the eBPF crates (bpfel-unknown-none)");
     cmd(Command::new("cargo").current_dir(root).args([
         "+nightly",
         "clippy",
         "--release",
         "--package",
         "netdam-ebpf",
+        "--package",
+        "netdam-lab-ebpf",
         "--target",
         "bpfel-unknown-none",
         "-Z",

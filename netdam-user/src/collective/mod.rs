@@ -29,7 +29,6 @@ mod exchange;
 pub mod inject;
 pub mod inputs;
 pub mod ring;
-pub mod sweep;
 pub mod table;
 
 use std::{

@@ -11,7 +11,7 @@ use netdam_user::{
     collective::{
         inputs,
         table::{self, MemberRow},
-        Allreduce, Collective, CollectiveConfig, Group, TxPath,
+        Allreduce, Collective, CollectiveConfig, Group,
     },
     controller::LocalNode,
 };
@@ -101,15 +101,6 @@ pub(crate) struct AllreduceArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub(crate) json: bool,
-}
-
-pub(crate) fn parse_transmit(s: &str) -> Result<TxPath, String> {
-    match s {
-        "socket" => Ok(TxPath::Socket),
-        "injector" => Ok(TxPath::Injector),
-        "af-xdp" => Ok(TxPath::AfXdp),
-        _ => Err(format!("{s:?} is not a way to send: socket, injector or af-xdp")),
-    }
 }
 
 pub(crate) fn allreduce(a: AllreduceArgs) -> Result<()> {

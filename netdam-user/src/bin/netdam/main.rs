@@ -3,7 +3,6 @@
 mod afxdp;
 mod client;
 mod collective;
-mod lab;
 mod local;
 mod serve;
 
@@ -11,9 +10,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
-use netdam_user::ClientError;
 
-use crate::{afxdp::*, client::*, collective::*, lab::*, local::*, serve::*};
+use crate::{afxdp::*, client::*, collective::*, local::*, serve::*};
 
 #[derive(Parser)]
 #[command(
@@ -74,50 +72,11 @@ enum Cmd {
     /// Remove a local node's pinned maps (its memory and counters are lost), and put back the kernel
     /// settings a killed `serve` of it left on (run it in the node's namespace).
     Unpin(PinDirArgs),
-    /// Benchmarks a user runs on their own host (needs root; builds its own testbed).
-    #[command(subcommand)]
-    Bench(BenchCmd),
-    /// Build, show or remove the namespace testbed (test hosts joined by an XDP switch or a bridge; needs root).
-    #[command(subcommand)]
-    Testbed(TestbedCmd),
 }
 
 fn main() -> ExitCode {
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match rt.block_on(run(cli)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {}", error_chain(&e));
-            let code = e.downcast_ref::<ClientError>().map_or(1, ClientError::exit_code);
-            ExitCode::from(code as u8)
-        }
-    }
-}
-
-/// The error and its causes, joined by ": ", leaving out a cause whose
-/// text the message already shows (errors that print their source too).
-fn error_chain(e: &anyhow::Error) -> String {
-    let mut out = e.to_string();
-    for cause in e.chain().skip(1) {
-        let c = cause.to_string();
-        if !out.contains(&c) {
-            out.push_str(": ");
-            out.push_str(&c);
-        }
-    }
-    out
+    netdam_user::cli::run_to_exit(run(cli))
 }
 
 async fn run(cli: Cli) -> Result<()> {
@@ -133,15 +92,11 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Accumulate(a) => client::accumulate(a).await,
         Cmd::Stats(a) => local::stats(a),
         Cmd::Ready(a) => local::ready(a),
-        Cmd::Testbed(t) => lab::testbed(t).await,
         Cmd::Allreduce(a) => tokio::task::spawn_blocking(move || collective::allreduce(a))
             .await
             .context("the all-reduce thread")?,
         Cmd::Msg(a) => client::msg(a).await,
         Cmd::Recv(a) => afxdp::recv(a).await,
-        Cmd::Bench(BenchCmd::Memwall(a)) => tokio::task::spawn_blocking(move || lab::memwall(a))
-            .await
-            .context("the benchmark thread")?,
         Cmd::Split(a) => afxdp::split(a),
         Cmd::Unpin(a) => local::unpin(a),
     }

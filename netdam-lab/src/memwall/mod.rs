@@ -1,4 +1,4 @@
-//! `netdam bench memwall`: the seed's DDIO and memory-wall tests in
+//! `netdam-lab bench memwall`: the seed's DDIO and memory-wall tests in
 //! software, on a two-host testbed (host 0 sends, host 1 serves NetDAM).
 //!
 //! 1. Bandwidth under I/O: a STREAM probe (`probe`) runs on a chosen core
@@ -30,15 +30,16 @@ pub use probe::{Bandwidth, Probe};
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::{
+use netdam_user::{
     afxdp::XskError,
     controller::{
         split::{RingSpec, SplitTable},
         ControllerError, LocalNode,
     },
     stats::Stats,
-    testbed::{Testbed, TestbedError},
 };
+
+use crate::testbed::{Testbed, TestbedError};
 
 pub const RKEY: u32 = 0x1234;
 /// The kernel UDP socket's port (mode socket).
@@ -86,7 +87,7 @@ pub enum MemwallError {
     #[error(transparent)]
     Xsk(#[from] XskError),
     #[error("setting up header split: {0}")]
-    Split(#[from] crate::controller::split::SplitError),
+    Split(#[from] netdam_user::controller::split::SplitError),
     #[error("the traffic generator: {0}")]
     Generator(String),
     #[error("the receiver: {0}")]

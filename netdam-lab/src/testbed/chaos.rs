@@ -19,7 +19,7 @@ use netdam_common::{
 use serde::Serialize;
 
 use super::{in_netns, pin_root, switch_ns, Testbed, TestbedError};
-use crate::controller::NETDAM_XDP;
+use crate::NETDAM_LAB_XDP;
 
 const STATS_PIN: &str = "CHAOS_STATS";
 
@@ -92,7 +92,7 @@ fn attach(dir: &Path, ports: &[String], cfg: ChaosConfig, seed: u64) -> Result<(
     let fail = |what: &str, e: String| TestbedError::Chaos(format!("{what}: {e}"));
     let mut ebpf = EbpfLoader::new()
         .map_max_entries("CHAOS_HELD", ports.len() as u32)
-        .load(NETDAM_XDP)
+        .load(NETDAM_LAB_XDP)
         .map_err(|e| fail("loading the chaos element", e.to_string()))?;
     let mut config: Array<_, ChaosConfig> = Array::try_from(ebpf.map_mut("CHAOS_CONFIG").expect("CHAOS_CONFIG"))
         .map_err(|e| fail("config", e.to_string()))?;

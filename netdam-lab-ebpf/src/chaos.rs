@@ -19,7 +19,7 @@ use netdam_common::{
     wire::{ETH_P_IPV4, IPPROTO_UDP},
 };
 
-use crate::memory::bounded_len;
+use netdam_common::verifier::bounded_len;
 
 #[map(name = "CHAOS_CONFIG")]
 static CONFIG: Array<ChaosConfig> = Array::with_max_entries(1, 0);

@@ -24,7 +24,7 @@ use netdam_common::switch::{mac_key, stat, SwitchConfig};
 use serde::Serialize;
 
 use super::{host_mac, in_netns, pin_root, switch_ns, Testbed, TestbedError, IFACE};
-use crate::controller::NETDAM_XDP;
+use crate::NETDAM_LAB_XDP;
 
 const CONFIG_PIN: &str = "SWITCH_CONFIG";
 const STATS_PIN: &str = "SWITCH_STATS";
@@ -152,7 +152,7 @@ fn attach(dir: &Path, ports: &[(String, [u8; 6])], fabric: Fabric) -> Result<(),
         detail,
     };
     let mut ebpf = EbpfLoader::new()
-        .load(NETDAM_XDP)
+        .load(NETDAM_LAB_XDP)
         .map_err(|e| fail("load", e.to_string()))?;
     let program = match fabric {
         Fabric::Xdp => "netdam_switch",

@@ -24,8 +24,8 @@ use netdam_common::{
 
 use super::{MemwallError, Mode, RKEY, SOCKET_PORT, SPLIT_PORT};
 use crate::{
-    controller::NETDAM_XDP,
     testbed::{host_ip, host_mac, IFACE},
+    NETDAM_LAB_XDP,
 };
 
 /// Where WRITE and WRITE_NOTIFY put their payload in NetDAM memory.
@@ -124,7 +124,7 @@ fn paced(frame: &[u8], rate: u64, stop: &AtomicBool) -> Result<u64, MemwallError
 fn live_frames(frame: &[u8], stop: &AtomicBool) -> Result<u64, MemwallError> {
     let gen = |e: aya::EbpfError| MemwallError::Generator(e.to_string());
     let prog = |e: aya::programs::ProgramError| MemwallError::Generator(e.to_string());
-    let mut ebpf = EbpfLoader::new().load(NETDAM_XDP).map_err(gen)?;
+    let mut ebpf = EbpfLoader::new().load(NETDAM_LAB_XDP).map_err(gen)?;
     let ifindex = nix::net::if_::if_nametoindex(IFACE).map_err(|e| MemwallError::Generator(e.to_string()))?;
     let absorb: &mut Xdp = ebpf
         .program_mut("netdam_drop")

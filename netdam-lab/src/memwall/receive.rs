@@ -12,11 +12,12 @@ use std::{
 };
 
 use super::{MemwallError, Mode, SOCKET_PORT};
-use crate::{
+use netdam_user::{
     afxdp::{Delivery, Endpoint, EndpointConfig, HeldFrame},
     controller::NetdamMemory,
-    testbed::host_ip,
 };
+
+use crate::testbed::host_ip;
 
 /// What one receiver did during a measurement.
 #[derive(Clone, Copy, Debug, Default)]
@@ -122,7 +123,7 @@ const SLOT: usize = 2048;
 fn socket(hold: Duration, stop: &AtomicBool, ready: impl FnOnce(), r: &mut Reader) -> Result<(), MemwallError> {
     let sock = std::net::UdpSocket::bind((host_ip(1), SOCKET_PORT))
         .map_err(|e| MemwallError::Receiver(format!("binding UDP port {SOCKET_PORT}: {e}")))?;
-    crate::collective::grow_receive_buffer(&sock, 16 << 20);
+    netdam_user::collective::grow_receive_buffer(&sock, 16 << 20);
     sock.set_read_timeout(Some(Duration::from_millis(5)))
         .map_err(|e| MemwallError::Receiver(e.to_string()))?;
     let mut pool = vec![0u8; POOL * SLOT];

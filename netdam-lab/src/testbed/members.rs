@@ -12,7 +12,7 @@ use std::{
 use nix::sched::{setns, CloneFlags};
 
 use super::{TestbedError, NETNS_DIR};
-use crate::collective::{Collective, MemberNode};
+use netdam_user::collective::{Collective, MemberNode};
 
 type Job<N> = Box<dyn FnOnce(&mut Collective<N>) + Send>;
 

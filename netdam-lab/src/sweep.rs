@@ -10,11 +10,12 @@ use std::{
 use netdam_common::wire::{Alu, Dtype};
 use thiserror::Error;
 
-use super::{
+use crate::testbed::{Served, Testbed, TestbedError};
+use netdam_user::collective::{
     sync_len,
     table::{redop, MemberRow, Row},
+    TxPath,
 };
-use crate::testbed::{Served, Testbed, TestbedError};
 
 /// Region key of the sweep's nodes.
 const RKEY: u32 = 0x5EEB;
@@ -32,7 +33,7 @@ pub struct SweepSpec {
     /// Testbed name prefix.
     pub prefix: String,
     /// How members send their chunks.
-    pub transmit: super::TxPath,
+    pub transmit: TxPath,
     /// What joins the testbed's links.
     pub fabric: crate::testbed::Fabric,
     /// MTU of every link.
@@ -142,9 +143,9 @@ pub fn sweep(netdam: &Path, spec: &SweepSpec, mut row: impl FnMut(&Row)) -> Resu
         .to_vec();
         let mut args = args;
         match spec.transmit {
-            super::TxPath::Socket => {}
-            super::TxPath::Injector => args.push("--inject".into()),
-            super::TxPath::AfXdp => args.push("--afxdp-tx".into()),
+            TxPath::Socket => {}
+            TxPath::Injector => args.push("--inject".into()),
+            TxPath::AfXdp => args.push("--afxdp-tx".into()),
         }
         let members: Vec<Child> = (0..spec.nodes)
             .map(|i| {

@@ -1,27 +1,63 @@
-//! The lab commands: the namespace testbed, its demo and sweeps, and `netdam bench memwall`.
+//! `netdam-lab`: the namespace testbed, its demo and all-reduce sweep, and
+//! the memory-wall bench. The nodes it starts are the `netdam` binary
+//! beside it (or NETDAM_BIN).
 
-use std::{path::PathBuf, time::Duration};
+use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::{bail, Context as _, Result};
-use clap::{Args, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use netdam_common::wire::{Alu, Dtype};
+use netdam_lab::{
+    memwall::{self, MemwallConfig},
+    netdam_bin, plot,
+    sweep::{self, SweepSpec},
+    testbed::{Chaos, Fabric, Testbed},
+};
 use netdam_user::{
     afxdp::{Delivery, Endpoint, EndpointConfig},
-    args::{parse_alu, parse_dtype, parse_size},
-    collective::{
-        sweep::{self, SweepSpec},
-        table::{self},
-        TxPath,
-    },
-    memwall::{self, MemwallConfig},
-    plot,
+    args::{parse_alu, parse_dtype, parse_size, parse_transmit},
+    collective::{table, TxPath},
     stats::Stats,
-    testbed::{Chaos, Fabric, Testbed},
     Client, ClientConfig,
 };
 
-use crate::{client::*, collective::*};
+#[derive(Parser)]
+#[command(
+    name = "netdam-lab",
+    version,
+    about = "The NetDAM lab: a namespace testbed of NetDAM hosts, its demo and all-reduce sweep, and the memory-wall bench (needs root)",
+    long_about = "The NetDAM lab: a namespace testbed of NetDAM hosts, its demo and all-reduce sweep, and the \
+        memory-wall bench. Everything runs in network namespaces it creates and removes (nothing is added to \
+        the host's own namespace); the nodes are the `netdam` binary beside this one, or NETDAM_BIN. Needs root.\n\n\
+        Logging: RUST_LOG=debug (or info, warn, trace)."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: LabCmd,
+}
+
+#[derive(Subcommand)]
+enum LabCmd {
+    /// Build, show or remove the namespace testbed (test hosts joined by an XDP switch or a bridge).
+    #[command(subcommand)]
+    Testbed(TestbedCmd),
+    /// Benchmarks a user runs on their own host (each builds a testbed of its own).
+    #[command(subcommand)]
+    Bench(BenchCmd),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    netdam_user::cli::run_to_exit(async move {
+        match cli.cmd {
+            LabCmd::Testbed(t) => testbed(t).await,
+            LabCmd::Bench(BenchCmd::Memwall(a)) => tokio::task::spawn_blocking(move || memwall(a))
+                .await
+                .context("the benchmark thread")?,
+        }
+    })
+}
 
 #[derive(Subcommand)]
 pub(crate) enum BenchCmd {
@@ -190,7 +226,7 @@ pub(crate) struct SweepArgs {
     pub(crate) json: bool,
 }
 
-/// `netdam bench memwall`.
+/// `netdam-lab bench memwall`.
 pub(crate) fn memwall(a: MemwallArgs) -> Result<()> {
     let mut cfg = if a.quick {
         MemwallConfig::quick()
@@ -202,7 +238,7 @@ pub(crate) fn memwall(a: MemwallArgs) -> Result<()> {
     cfg.secs = a.secs.unwrap_or(cfg.secs);
     cfg.probe_core = a.probe_core.or(cfg.probe_core);
     cfg.prefix = a.prefix.clone();
-    let me = std::env::current_exe().context("finding this netdam binary (to serve on the testbed)")?;
+    let me = netdam_bin()?;
     let bar = ProgressBar::new(cfg.measurements() as u64);
     bar.set_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} {msg} [{elapsed}]").expect("a valid progress template"),
@@ -242,14 +278,14 @@ pub(crate) async fn testbed(cmd: TestbedCmd) -> Result<()> {
             if !chaos.is_none() {
                 tb.impair(&chaos)?;
                 println!(
-                    "chaos on every link: loss {}, dup {}, reorder {} of NetDAM frames (seed {}); counters: netdam testbed chaos --prefix {prefix}",
+                    "chaos on every link: loss {}, dup {}, reorder {} of NetDAM frames (seed {}); counters: netdam-lab testbed chaos --prefix {prefix}",
                     chaos.loss, chaos.dup, chaos.reorder, chaos.seed
                 );
             }
             for h in &tb.hosts {
                 println!("{:<10} {:<14} eth0  pins {}", h.netns, h.ip, h.pin_dir.display());
             }
-            println!("switch namespace {prefix}sw ({fabric} fabric, MTU {mtu}); remove it all with `netdam testbed down --prefix {prefix}`");
+            println!("switch namespace {prefix}sw ({fabric} fabric, MTU {mtu}); remove it all with `netdam-lab testbed down --prefix {prefix}`");
             tb.leak();
             Ok(())
         }
@@ -308,7 +344,7 @@ pub(crate) fn median(mut v: Vec<Duration>) -> Duration {
 /// The `cargo xtask run` tour: every node serves, pings every other, and one
 /// writes and reads back another's memory.
 pub(crate) async fn demo(nodes: usize, prefix: &str) -> Result<()> {
-    let exe = std::env::current_exe().context("locating the netdam binary")?;
+    let exe = netdam_bin()?;
     println!(
         "building a testbed of {nodes} hosts ({prefix}0..{prefix}{}) joined by the XDP switch",
         nodes - 1
@@ -362,7 +398,7 @@ pub(crate) async fn demo(nodes: usize, prefix: &str) -> Result<()> {
                     Ok(median(rtts))
                 })
             })??;
-            print!("{:>10.1}", us(rtt));
+            print!("{:>10.1}", rtt.as_secs_f64() * 1e6);
         }
         println!();
     }
@@ -454,7 +490,7 @@ pub(crate) async fn demo(nodes: usize, prefix: &str) -> Result<()> {
     Ok(())
 }
 
-/// `netdam testbed allreduce` (`cargo xtask allreduce`).
+/// `netdam-lab testbed allreduce` (`cargo xtask allreduce`).
 /// A fabric NetDAM's answers can cross.
 pub(crate) fn parse_netdam_fabric(s: &str) -> Result<Fabric, String> {
     match s.parse()? {
@@ -464,7 +500,7 @@ pub(crate) fn parse_netdam_fabric(s: &str) -> Result<Fabric, String> {
 }
 
 pub(crate) fn allreduce_sweep(a: SweepArgs) -> Result<()> {
-    let exe = std::env::current_exe().context("locating the netdam binary")?;
+    let exe = netdam_bin()?;
     let spec = SweepSpec {
         nodes: a.nodes as usize,
         dtype: a.dtype,
