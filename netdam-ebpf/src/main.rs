@@ -37,6 +37,7 @@ pub enum Verdict {
 
 #[xdp(frags)]
 pub fn netdam(ctx: XdpContext) -> u32 {
+    maps::count_queue(ctx.rx_queue_index());
     verdict(&ctx, try_netdam(&ctx))
 }
 

@@ -118,9 +118,23 @@ pub fn count_event(e: Event) {
 pub static INJECT: Array<netdam_common::inject::InjectJob> = Array::with_max_entries(1, 0);
 
 /// The AF_XDP socket of each receive queue (MSG, WRITE_NOTIFY, header split);
-/// the host's `Endpoint` binds them.
+/// the host's `Endpoint` binds them. The controller sets max_entries to the
+/// interface's receive queues.
 #[map(name = "NETDAM_XSKS")]
-pub static XSKS: XskMap = XskMap::with_max_entries(64, 0);
+pub static XSKS: XskMap = XskMap::with_max_entries(1, 0);
+
+/// Frames the data path saw on each receive queue, per CPU: whether RSS
+/// spreads the load. The controller sets max_entries like NETDAM_XSKS.
+#[map(name = "NETDAM_QUEUE_FRAMES")]
+pub static QUEUE_FRAMES: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+#[inline(always)]
+pub fn count_queue(queue: u32) {
+    if let Some(c) = QUEUE_FRAMES.get_ptr_mut(queue) {
+        // SAFETY: a per-CPU slot; XDP does not preempt itself on one CPU.
+        unsafe { *c += 1 }
+    }
+}
 
 /// UDP ports to split (section 9), host order -> bytes of payload kept.
 #[map(name = "NETDAM_SPLIT_PORTS")]

@@ -9,7 +9,7 @@ use netdam_common::{
 };
 use serde::Serialize;
 
-use crate::controller::{sum_counters, ControllerError, MAP_COUNTERS};
+use crate::controller::{queues::queue_frames, sum_counters, ControllerError, MAP_COUNTERS};
 
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct OpCount {
@@ -58,13 +58,21 @@ pub const ALARMS: &[(Event, &str)] = &[
     ),
 ];
 
-/// Non-zero counters, by (opcode, status) and by event, and the alarms
-/// among the events.
+/// Frames the data path saw on one receive queue.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct QueueFrames {
+    pub queue: u32,
+    pub frames: u64,
+}
+
+/// Non-zero counters, by (opcode, status) and by event, the alarms among
+/// the events, and the frames of each receive queue (how RSS spreads them).
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct Stats {
     pub requests: Vec<OpCount>,
     pub events: Vec<EventCount>,
     pub alarms: Vec<Alarm>,
+    pub queues: Vec<QueueFrames>,
 }
 
 impl Stats {
@@ -104,6 +112,7 @@ impl Stats {
             requests,
             events,
             alarms,
+            queues: Vec::new(),
         }
     }
 
@@ -122,7 +131,13 @@ impl Stats {
         let data = MapData::from_pin(&path).map_err(|e| ControllerError::Map(MAP_COUNTERS, e))?;
         let arr: PerCpuArray<MapData, u64> =
             PerCpuArray::try_from(Map::PerCpuArray(data)).map_err(|e| ControllerError::Map(MAP_COUNTERS, e))?;
-        Ok(Stats::from_counters(&sum_counters(&arr)?))
+        let mut stats = Stats::from_counters(&sum_counters(&arr)?);
+        stats.queues = queue_frames(dir)?
+            .into_iter()
+            .zip(0..)
+            .map(|(frames, queue)| QueueFrames { queue, frames })
+            .collect();
+        Ok(stats)
     }
 
     /// The count of requests with this opcode name and status.
@@ -135,6 +150,11 @@ impl Stats {
 
     pub fn event(&self, e: Event) -> u64 {
         self.events.iter().find(|x| x.event == e.name()).map_or(0, |x| x.count)
+    }
+
+    /// The receive queues that saw frames.
+    pub fn busy_queues(&self) -> usize {
+        self.queues.iter().filter(|q| q.frames > 0).count()
     }
 
     /// A plain-text table for the terminal.
@@ -152,6 +172,13 @@ impl Stats {
         out.push_str(&format!("{:<29} {:>14}\n", "frame event", "frames"));
         for e in &self.events {
             out.push_str(&format!("{:<29} {:>14}\n", e.event, e.count));
+        }
+        if !self.queues.is_empty() {
+            out.push('\n');
+            out.push_str(&format!("{:<29} {:>14}\n", "receive queue", "frames"));
+        }
+        for q in &self.queues {
+            out.push_str(&format!("{:<29} {:>14}\n", q.queue, q.frames));
         }
         for a in &self.alarms {
             out.push_str(&format!("\nALARM {} = {}: {}\n", a.event, a.count, a.meaning));
@@ -181,6 +208,22 @@ mod tests {
         let j = serde_json::to_value(&s).unwrap();
         assert_eq!(j["requests"][0]["count"], 5);
         assert!(s.alarms.is_empty() && !t.contains("ALARM"));
+        assert!(!t.contains("receive queue"));
+    }
+
+    #[test]
+    fn queues_are_listed_with_their_frames() {
+        let mut s = Stats::from_counters(&vec![0u64; COUNTER_SLOTS as usize]);
+        s.queues = vec![
+            QueueFrames { queue: 0, frames: 9 },
+            QueueFrames { queue: 1, frames: 0 },
+            QueueFrames { queue: 2, frames: 4 },
+        ];
+        assert_eq!(s.busy_queues(), 2);
+        let t = s.table();
+        assert!(t.contains("receive queue"), "{t}");
+        assert!(t.lines().any(|l| l.split_whitespace().eq(["2", "4"])), "{t}");
+        assert_eq!(serde_json::to_value(&s).unwrap()["queues"][2]["frames"], 4);
     }
 
     #[test]

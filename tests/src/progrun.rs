@@ -56,6 +56,8 @@ pub fn spec() -> NodeSpec {
         window_per_source: 64,
         // Unlimited, as the model and the C engine behave.
         bad_key_limit: 0,
+        // Not attached: BPF_PROG_TEST_RUN frames come on queue 0.
+        queue_slots: 1,
     }
 }
 

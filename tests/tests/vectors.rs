@@ -21,6 +21,8 @@ fn spec_of(c: &NodeCfg) -> NodeSpec {
         window_per_source: c.window_per_source,
         // The model and the vectors have no BAD_KEY rate limit.
         bad_key_limit: 0,
+        // Run through BPF_PROG_TEST_RUN: frames come on queue 0.
+        queue_slots: 1,
     }
 }
 

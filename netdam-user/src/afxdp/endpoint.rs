@@ -17,7 +17,7 @@ use netdam_common::{
 };
 
 use super::{socket::XskSocket, Backing, XskError, XskStats};
-use crate::controller::{LocalNode, NetdamMemory, MAP_XSKS};
+use crate::controller::{queues::rx_queues, LocalNode, NetdamMemory, MAP_XSKS};
 
 /// How the endpoint sizes its sockets.
 #[derive(Clone, Copy, Debug)]
@@ -49,53 +49,6 @@ pub struct Endpoint {
     taken: Vec<Vec<libc::xdp_desc>>,
 }
 
-/// struct ethtool_channels of linux/ethtool.h.
-#[repr(C)]
-#[derive(Default)]
-struct EthtoolChannels {
-    cmd: u32,
-    max_rx: u32,
-    max_tx: u32,
-    max_other: u32,
-    max_combined: u32,
-    rx_count: u32,
-    tx_count: u32,
-    other_count: u32,
-    combined_count: u32,
-}
-
-const ETHTOOL_GCHANNELS: u32 = 0x3C;
-
-/// The receive queues of interface `name` in the calling thread's network
-/// namespace (ETHTOOL_GCHANNELS; sysfs would show the namespace it was
-/// mounted in). 1 when the driver does not say.
-fn rx_queues(name: &str) -> u32 {
-    let mut ch = EthtoolChannels {
-        cmd: ETHTOOL_GCHANNELS,
-        ..Default::default()
-    };
-    // SAFETY: a zeroed ifreq with the name and a pointer to a live ethtool_channels, on a fresh socket.
-    let n = unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            return 1;
-        }
-        let mut ifr: libc::ifreq = std::mem::zeroed();
-        for (d, s) in ifr.ifr_name.iter_mut().zip(name.bytes().take(libc::IFNAMSIZ - 1)) {
-            *d = s as libc::c_char;
-        }
-        ifr.ifr_ifru.ifru_data = (&mut ch as *mut EthtoolChannels).cast();
-        let r = libc::ioctl(fd, libc::SIOCETHTOOL as _, &mut ifr);
-        libc::close(fd);
-        if r == 0 {
-            ch.rx_count.max(ch.combined_count)
-        } else {
-            1
-        }
-    };
-    n.max(1)
-}
-
 impl Endpoint {
     /// Binds a socket to every receive queue of the node pinned in `pin_dir`
     /// (in the calling thread's network namespace) and enters them in the
@@ -119,7 +72,15 @@ impl Endpoint {
             });
         }
         let mut xsks = XskMap::try_from(Map::XskMap(MapData::from_pin(&path)?))?;
-        let queues = rx_queues(&name).min(xsks.len());
+        let queues = rx_queues(&name)?.current;
+        if queues > xsks.len() {
+            // The interface gained queues (`ethtool -L`) past what the node was loaded for.
+            return Err(XskError::QueuesPastMap {
+                iface: name,
+                queues,
+                slots: xsks.len(),
+            });
+        }
         let mut sockets = Vec::new();
         for q in 0..queues {
             let s = XskSocket::bind(ifindex, q, cfg.frames)?;
@@ -403,6 +364,11 @@ impl Received<'_> {
     /// NetDAM memory, where WRITE_NOTIFY payloads and split rests are.
     pub fn memory(&self) -> &NetdamMemory {
         self.endpoint.memory()
+    }
+
+    /// How many of the frames came on each receive queue (index: queue).
+    pub fn per_queue(&self) -> Vec<usize> {
+        self.endpoint.taken.iter().map(Vec::len).collect()
     }
 
     /// The frames as they lie in UMEM.

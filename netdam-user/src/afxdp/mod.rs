@@ -38,6 +38,11 @@ pub enum XskError {
         "the node pinned in {dir} has no socket map {map} (it was loaded by an older netdam: restart `netdam serve`)"
     )]
     NoSocketMap { dir: std::path::PathBuf, map: &'static str },
+    #[error(
+        "{iface} has {queues} receive queues but the node's socket map has {slots} slots: it was loaded \
+         before the queues were added; restart `netdam serve` (it sizes the map from the interface)"
+    )]
+    QueuesPastMap { iface: String, queues: u32, slots: u32 },
     #[error("{0}")]
     Controller(#[from] crate::controller::ControllerError),
     #[error("socket map: {0}")]

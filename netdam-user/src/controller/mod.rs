@@ -8,6 +8,7 @@ mod memory;
 pub mod neighbours;
 mod netif;
 pub mod pins;
+pub mod queues;
 pub mod split;
 pub mod sysctls;
 
@@ -62,14 +63,17 @@ pub const MAP_GENERATIONS: &str = "NETDAM_GENERATIONS";
 const MAP_JUMP: &str = "NETDAM_JUMP";
 /// The AF_XDP socket of each receive queue (`afxdp::Endpoint` fills it).
 pub const MAP_XSKS: &str = "NETDAM_XSKS";
+/// Frames the data path saw on each receive queue (`queues::queue_frames`).
+pub const MAP_QUEUE_FRAMES: &str = "NETDAM_QUEUE_FRAMES";
 /// Header split (section 9): ports and the ring (`netdam split`).
 pub const MAP_SPLIT_PORTS: &str = "NETDAM_SPLIT_PORTS";
 pub const MAP_SPLIT_RING: &str = "NETDAM_SPLIT_RING";
 /// The maps kept in the pin directory: state that must survive `serve`
 /// (memory, generations, windows and counters, section 8; config so other
 /// commands can read it; the socket map and split tables, so that endpoints
-/// and `netdam split` in other processes reach the data path).
-pub const PINNED_MAPS: [&str; 11] = [
+/// and `netdam split` in other processes reach the data path; the
+/// per-queue frame counts, for `netdam stats`).
+pub const PINNED_MAPS: [&str; 12] = [
     MAP_MEM,
     MAP_CONFIG,
     MAP_REGIONS,
@@ -81,6 +85,7 @@ pub const PINNED_MAPS: [&str; 11] = [
     MAP_XSKS,
     MAP_SPLIT_PORTS,
     MAP_SPLIT_RING,
+    MAP_QUEUE_FRAMES,
 ];
 
 #[derive(Debug, Error)]
@@ -145,6 +150,11 @@ pub enum ControllerError {
     WindowPerSource { given: u32, sources: u32 },
     #[error("the window sweep ({SWEEP_PROGRAM}, run through BPF_PROG_TEST_RUN) failed: {0}")]
     Sweep(String),
+    #[error(
+        "{0} receive queue slots: give 1 to {max} (the interface's receive queues, `queues::rx_queues`)",
+        max = queues::MAX_QUEUE_SLOTS
+    )]
+    QueueSlots(u32),
     #[error("{count} regions given; the region table holds {max}")]
     TooManyRegions { count: usize, max: u32 },
     #[error(
@@ -244,6 +254,10 @@ pub struct NodeSpec {
     /// BAD_KEY answers per second per source IPv4 address; 0: unlimited
     /// (docs/conformance.md 21).
     pub bad_key_limit: u32,
+    /// Slots of the per-queue maps (AF_XDP sockets, frame counts): the
+    /// interface's receive queues (`queues::rx_queues(iface)?.slots()`);
+    /// 1 for a node that is not attached.
+    pub queue_slots: u32,
 }
 
 impl NodeSpec {
@@ -276,6 +290,9 @@ impl NodeSpec {
                 max: MAX_WINDOW_SOURCES,
                 max_mib: (MAX_WINDOW_SOURCES as u64 * core::mem::size_of::<Window>() as u64) >> 20,
             });
+        }
+        if self.queue_slots == 0 || self.queue_slots > queues::MAX_QUEUE_SLOTS {
+            return Err(ControllerError::QueueSlots(self.queue_slots));
         }
         if self.window_per_source == 0 || self.window_per_source > self.window_sources {
             return Err(ControllerError::WindowPerSource {
@@ -349,6 +366,9 @@ impl Node {
         loader.map_max_entries(MAP_MEM, chunks);
         loader.map_max_entries(MAP_WINDOWS, spec.window_sources);
         loader.map_max_entries(MAP_WINDOW_IPS, spec.window_sources);
+        for name in queues::PER_QUEUE_MAPS {
+            loader.map_max_entries(name, spec.queue_slots);
+        }
         // The XDP program's aya-log statements below the host's log level cost one load and a branch.
         let level = log::max_level() as u8;
         loader.override_global(aya_log::LEVEL, &level, false);
@@ -363,6 +383,8 @@ impl Node {
                         (MAP_MEM, chunks),
                         (MAP_WINDOWS, spec.window_sources),
                         (MAP_WINDOW_IPS, spec.window_sources),
+                        (MAP_XSKS, spec.queue_slots),
+                        (MAP_QUEUE_FRAMES, spec.queue_slots),
                     ]),
                 )?;
                 PINNED_MAPS.iter().map(|m| (*m, dir.join(m))).collect()
@@ -792,6 +814,7 @@ mod tests {
             window_sources: 4,
             window_per_source: 2,
             bad_key_limit: 100,
+            queue_slots: 1,
         }
     }
 

@@ -7,7 +7,7 @@ use std::{
 
 use aya::maps::MapData;
 
-use super::{ControllerError, INJECTOR_PINS, PINNED_MAPS};
+use super::{queues::PER_QUEUE_MAPS, ControllerError, INJECTOR_PINS, PINNED_MAPS};
 
 /// bpffs magic number (statfs f_type).
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
@@ -35,6 +35,9 @@ pub fn prepare_dir(dir: &Path) -> Result<(), ControllerError> {
 
 /// Checks every map already pinned in `dir` against the object's
 /// definition (with `max_entries` overrides). Returns whether any was found.
+/// A per-queue map (`queues::PER_QUEUE_MAPS`) that differs only in its
+/// slots (the interface has another queue count) is unpinned, so that the
+/// load pins one of the right size: nothing in it must outlive a reload.
 pub fn check_compatible(dir: &Path, object: &[u8], overrides: &HashMap<&str, u32>) -> Result<bool, ControllerError> {
     let obj = aya_obj::Object::parse(object).map_err(|e| ControllerError::Load {
         hint: "the embedded XDP object does not parse".into(),
@@ -66,6 +69,18 @@ pub fn check_compatible(dir: &Path, object: &[u8], overrides: &HashMap<&str, u32
             want_entries,
             def.map_flags(),
         );
+        let same_but_slots = (have.0, have.1, have.2, have.4) == (want.0, want.1, want.2, want.4);
+        if have != want && same_but_slots && PER_QUEUE_MAPS.contains(&name) {
+            std::fs::remove_file(&path).map_err(|e| ControllerError::Io(format!("remove {}", path.display()), e))?;
+            log::warn!(
+                "{} had {} receive queue slot(s), the interface now has {}: replaced by a new map \
+                 (AF_XDP endpoints opened before must be opened again; per-queue counts start at 0)",
+                path.display(),
+                have.3,
+                want.3
+            );
+            continue;
+        }
         if have != want {
             let show = |t: (u32, u32, u32, u32, u32)| {
                 format!(

@@ -101,6 +101,14 @@ pub(crate) async fn serve(a: ServeArgs) -> Result<()> {
     let peers: Vec<Ipv4Addr> = a.peers.iter().copied().filter(|p| *p != ipv4).collect();
     let pin_dir = a.pins.pin_dir.clone().unwrap_or_else(|| pins::default_dir(&a.iface));
     let regions = region_keys(&pin_dir, &a.regions)?;
+    let rx_queues = netdam_user::controller::queues::rx_queues(&a.iface)?;
+    log::info!(
+        "{}: {} receive queue(s) of at most {}; AF_XDP sockets and per-queue counts get {} slot(s)",
+        a.iface,
+        rx_queues.current,
+        rx_queues.max,
+        rx_queues.slots()
+    );
     let spec = NodeSpec {
         port: a.port,
         mem_size: a.mem_size,
@@ -113,6 +121,7 @@ pub(crate) async fn serve(a: ServeArgs) -> Result<()> {
         window_sources: a.window_sources,
         window_per_source: a.window_per_source.unwrap_or((a.window_sources / 4).max(1)),
         bad_key_limit: a.bad_key_limit,
+        queue_slots: rx_queues.slots(),
     };
     let mut node = Node::load(&spec, Some(&pin_dir)).context("loading the NetDAM data path")?;
     if node.reused_pins {
