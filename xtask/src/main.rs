@@ -117,6 +117,9 @@ enum TestbedCmd {
         /// xdp (port to port in XDP), bridge, or plain (the bridge with no XDP, for baselines).
         #[arg(long, default_value = "xdp")]
         fabric: String,
+        /// Receive and transmit queues of every veth (1 to 64): XDP on several CPUs at once.
+        #[arg(long, default_value_t = 1)]
+        queues: u32,
         /// Fraction of NetDAM frames dropped on every link.
         #[arg(long, default_value = "0")]
         loss: String,
@@ -168,6 +171,7 @@ fn run(cli: Cli) -> Result<()> {
                     nodes,
                     mtu,
                     fabric,
+                    queues,
                     loss,
                     dup,
                     reorder,
@@ -182,6 +186,8 @@ fn run(cli: Cli) -> Result<()> {
                         &mtu.to_string(),
                         "--fabric",
                         &fabric,
+                        "--queues",
+                        &queues.to_string(),
                     ])
                     .args(["--loss", &loss, "--dup", &dup, "--reorder", &reorder, "--seed", &seed])),
                 TestbedCmd::Down => cmd(Command::new(&lab).args(["testbed", "down"])),

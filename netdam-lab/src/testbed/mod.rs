@@ -5,6 +5,15 @@
 //! Addresses: host i has 198.18.0.(i+1)/24 (RFC 2544's benchmarking range)
 //! and MAC 02:da:00:00:00:(i+1). The switch side of each veth runs the
 //! fabric's XDP program (`switch`), pinned under the testbed's bpffs directory.
+//!
+//! Links have one queue each way unless `TestbedConfig::queues` asks for
+//! more (`numtxqueues`/`numrxqueues` on both ends). Which receive queue a
+//! frame lands on (veth has no RSS hash of its own): an skb goes to the
+//! queue numbered like the transmit queue the sender picked (XPS or the
+//! flow hash); an xdp_frame redirected into a veth (the XDP fabric) goes to
+//! the queue of the CPU that redirects it, `smp_processor_id() %
+//! real_num_rx_queues` (veth_xdp_xmit). On the XDP fabric the switch runs
+//! on the sender's CPU, so senders on several CPUs reach several queues.
 
 use std::{
     fs::File,
@@ -26,6 +35,29 @@ pub use switch::{Fabric, SwitchStats};
 
 /// Most hosts on one testbed (addresses .1 to .250).
 pub const MAX_NODES: usize = 250;
+/// Most queues of a testbed link (more than this machine's CPUs can use).
+pub const MAX_QUEUES: u32 = 64;
+
+/// The shape of a testbed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TestbedConfig {
+    pub nodes: usize,
+    pub mtu: u32,
+    pub fabric: Fabric,
+    /// Receive and transmit queues of every veth, both ends.
+    pub queues: u32,
+}
+
+impl Default for TestbedConfig {
+    fn default() -> Self {
+        TestbedConfig {
+            nodes: 3,
+            mtu: 1500,
+            fabric: Fabric::default(),
+            queues: 1,
+        }
+    }
+}
 const NETNS_DIR: &str = "/run/netns";
 const PIN_ROOT: &str = "/sys/fs/bpf/netdam-testbed";
 
@@ -35,6 +67,8 @@ pub enum TestbedError {
     Nodes(usize),
     #[error("--mtu {0}: use 576 to 9000")]
     Mtu(u32),
+    #[error("--queues {0}: use 1 to {MAX_QUEUES} (receive and transmit queues of each veth)")]
+    Queues(u32),
     #[error("testbed prefix {0:?}: use 1 to 8 letters, digits or '-' not ending in a digit (namespace and interface names derive from it)")]
     Prefix(String),
     #[error("`{cmd}` failed: {stderr}")]
@@ -68,6 +102,8 @@ pub struct Testbed {
     pub hosts: Vec<Host>,
     pub mtu: u32,
     pub fabric: Fabric,
+    /// Receive and transmit queues of every link.
+    pub queues: u32,
     owned: bool,
 }
 
@@ -138,6 +174,25 @@ impl Testbed {
 
     /// Builds a testbed of `nodes` hosts on `fabric`, after removing any leftover of the same prefix.
     pub fn up_on(prefix: &str, nodes: usize, mtu: u32, fabric: Fabric) -> Result<Testbed, TestbedError> {
+        Testbed::up_with(
+            prefix,
+            TestbedConfig {
+                nodes,
+                mtu,
+                fabric,
+                queues: 1,
+            },
+        )
+    }
+
+    /// Builds a testbed shaped by `cfg`, after removing any leftover of the same prefix.
+    pub fn up_with(prefix: &str, cfg: TestbedConfig) -> Result<Testbed, TestbedError> {
+        let TestbedConfig {
+            nodes,
+            mtu,
+            fabric,
+            queues,
+        } = cfg;
         check_prefix(prefix)?;
         if nodes == 0 || nodes > MAX_NODES {
             return Err(TestbedError::Nodes(nodes));
@@ -145,12 +200,16 @@ impl Testbed {
         if !(576..=9000).contains(&mtu) {
             return Err(TestbedError::Mtu(mtu));
         }
+        if queues == 0 || queues > MAX_QUEUES {
+            return Err(TestbedError::Queues(queues));
+        }
         Testbed::down(prefix)?;
         let mut tb = Testbed {
             prefix: prefix.to_string(),
             hosts: Vec::new(),
             mtu,
             fabric,
+            queues,
             owned: true,
         };
         // On any error below, dropping `tb` removes what was made.
@@ -170,6 +229,8 @@ impl Testbed {
         ])?;
         ip(&["-n", &sw, "link", "set", "br0", "up"])?;
         let mtu_s = mtu.to_string();
+        let q = queues.to_string();
+        let queue_args = ["numtxqueues", q.as_str(), "numrxqueues", q.as_str()];
         for i in 0..nodes {
             let ns = format!("{prefix}{i}");
             ip(&["netns", "add", &ns])?;
@@ -180,9 +241,13 @@ impl Testbed {
                 pin_dir: pin_root(prefix).join(&ns),
             });
             let port = format!("p{i}");
-            ip(&[
-                "-n", &sw, "link", "add", &port, "mtu", &mtu_s, "type", "veth", "peer", "name", IFACE, "netns", &ns,
-            ])?;
+            let link: Vec<&str> = ["-n", &sw, "link", "add", &port, "mtu", &mtu_s]
+                .into_iter()
+                .chain(queue_args)
+                .chain(["type", "veth", "peer", "name", IFACE, "netns", &ns])
+                .chain(queue_args)
+                .collect();
+            ip(&link)?;
             let mac = host_mac(i)
                 .iter()
                 .map(|b| format!("{b:02x}"))
@@ -207,6 +272,7 @@ impl Testbed {
             hosts: Vec::new(),
             mtu: 0,
             fabric: Fabric::default(),
+            queues: 0,
             owned: false,
         })
     }
@@ -291,6 +357,19 @@ mod tests {
         assert!(check_prefix("waytoolong").is_err());
         assert_eq!(host_ip(0), Ipv4Addr::new(198, 18, 0, 1));
         assert_eq!(host_mac(2), [2, 0xDA, 0, 0, 0, 3]);
+    }
+
+    #[test]
+    fn queue_counts_are_checked_before_anything_is_made() {
+        for queues in [0, MAX_QUEUES + 1] {
+            let cfg = TestbedConfig {
+                queues,
+                ..TestbedConfig::default()
+            };
+            let e = Testbed::up_with("nd", cfg).unwrap_err();
+            assert!(matches!(e, TestbedError::Queues(q) if q == queues), "{e}");
+            assert!(e.to_string().contains("use 1 to 64"), "{e}");
+        }
     }
 }
 

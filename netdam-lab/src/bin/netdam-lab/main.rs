@@ -117,6 +117,12 @@ pub(crate) enum TestbedCmd {
         /// link (TCP keeps GSO; for baselines: NetDAM's answers cannot cross it).
         #[arg(long, default_value = "xdp")]
         fabric: Fabric,
+        /// Receive and transmit queues of every veth (both ends), 1 to 64: with
+        /// more than one, XDP runs on several CPUs at once. Frames the XDP fabric
+        /// forwards land on the queue of the sender's CPU; `netdam stats` shows
+        /// the frames of each queue.
+        #[arg(long, default_value_t = 1)]
+        queues: u32,
         #[arg(long, default_value = "nd")]
         prefix: String,
         #[command(flatten)]
@@ -270,10 +276,17 @@ pub(crate) async fn testbed(cmd: TestbedCmd) -> Result<()> {
             nodes,
             mtu,
             fabric,
+            queues,
             prefix,
             chaos,
         } => {
-            let tb = Testbed::up_on(&prefix, nodes, mtu, fabric)?;
+            let cfg = netdam_lab::testbed::TestbedConfig {
+                nodes,
+                mtu,
+                fabric,
+                queues,
+            };
+            let tb = Testbed::up_with(&prefix, cfg)?;
             let chaos = chaos.chaos();
             if !chaos.is_none() {
                 tb.impair(&chaos)?;
@@ -285,7 +298,7 @@ pub(crate) async fn testbed(cmd: TestbedCmd) -> Result<()> {
             for h in &tb.hosts {
                 println!("{:<10} {:<14} eth0  pins {}", h.netns, h.ip, h.pin_dir.display());
             }
-            println!("switch namespace {prefix}sw ({fabric} fabric, MTU {mtu}); remove it all with `netdam-lab testbed down --prefix {prefix}`");
+            println!("switch namespace {prefix}sw ({fabric} fabric, MTU {mtu}, {queues} queue(s) a link); remove it all with `netdam-lab testbed down --prefix {prefix}`");
             tb.leak();
             Ok(())
         }
