@@ -37,15 +37,31 @@ const VECTOR: u64 = 0x2000;
 /// u64 elements of the ACCUMULATE vector.
 const ELEMS: usize = 16;
 
-/// `senders` hosts and one more that serves; every link has `QUEUES` queues.
-fn setup(senders: usize) -> (Testbed, Served) {
+/// `nodes` hosts; every link has `QUEUES` queues.
+fn testbed(nodes: usize) -> Testbed {
     require_root();
     let cfg = TestbedConfig {
-        nodes: senders + 1,
+        nodes,
         queues: QUEUES,
         ..TestbedConfig::default()
     };
-    let tb = Testbed::up_with(&unique_prefix(), cfg).expect("testbed up");
+    Testbed::up_with(&unique_prefix(), cfg).expect("testbed up")
+}
+
+/// Checks that `serve` sized its per-queue maps from the interface.
+fn sized_from_the_interface(served: &Served) {
+    assert!(
+        served
+            .log()
+            .contains(&format!("{QUEUES} receive queue(s) of at most {QUEUES}")),
+        "serve sizes its maps from the interface:\n{}",
+        served.log()
+    );
+}
+
+/// `senders` hosts and one more that serves.
+fn setup(senders: usize) -> (Testbed, Served) {
+    let tb = testbed(senders + 1);
     let args: Vec<String> = [
         "--mem-size",
         "1MiB",
@@ -57,13 +73,7 @@ fn setup(senders: usize) -> (Testbed, Served) {
     .map(String::from)
     .to_vec();
     let served = tb.serve(senders, &netdam_bin(), &args).expect("netdam serve");
-    assert!(
-        served
-            .log()
-            .contains(&format!("{QUEUES} receive queue(s) of at most {QUEUES}")),
-        "serve sizes its maps from the interface:\n{}",
-        served.log()
-    );
+    sized_from_the_interface(&served);
     (tb, served)
 }
 
@@ -81,11 +91,13 @@ fn cpus() -> Vec<usize> {
     cpus
 }
 
-/// Moves the calling thread to `cpu`: what it sends next is forwarded, and
-/// so received by the node, on that CPU's queue.
-fn run_on(cpu: usize) {
+/// Keeps the calling thread on `cpus`: what it sends from one CPU is
+/// forwarded, and so received by the node, on that CPU's queue.
+fn run_on(cpus: &[usize]) {
     let mut set = nix::sched::CpuSet::new();
-    set.set(cpu).expect("cpu index");
+    for &c in cpus {
+        set.set(c).expect("cpu index");
+    }
     nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).expect("sched_setaffinity");
 }
 
@@ -131,7 +143,7 @@ impl Source {
                 let (tx, rx) = mpsc::channel::<Arc<Vec<u8>>>();
                 let (sock, together) = (sock.clone(), together.clone());
                 std::thread::spawn(move || {
-                    run_on(cpu);
+                    run_on(&[cpu]);
                     for packet in rx {
                         together.wait();
                         sock.send(&packet).expect("send");
@@ -353,6 +365,68 @@ fn an_afxdp_receiver_on_every_queue_gets_every_msg() {
         "messages sent from {} CPUs came on {busy} queue(s): {per_queue:?}",
         cpus.len()
     );
+}
+
+#[test]
+fn a_ring_allreduce_checks_exact_on_multi_queue_links() {
+    let cpus = cpus();
+    const MEMBERS: usize = 3;
+    let tb = testbed(MEMBERS);
+    let ips: Vec<String> = tb.hosts.iter().map(|h| h.ip.to_string()).collect();
+    let mut args: Vec<String> = [
+        "--mem-size",
+        "4MiB",
+        "--mode",
+        "native",
+        "--region",
+        "0x1234:0:4MiB:rwa",
+    ]
+    .map(String::from)
+    .to_vec();
+    for ip in &ips {
+        args.extend(["--peer".to_string(), ip.clone()]);
+    }
+    let served: Vec<Served> = (0..MEMBERS)
+        .map(|i| tb.serve(i, &netdam_bin(), &args).expect("netdam serve"))
+        .collect();
+    sized_from_the_interface(&served[0]);
+    let group = ips.join(",");
+    // Members on different CPUs (a child keeps the affinity it is spawned
+    // with): a chunk stays on the CPU it left from, hop to hop (XDP_TX and
+    // the switch's redirect both pick the queue by CPU), so every node sees
+    // several queues.
+    let members: Vec<std::process::Child> = (0..MEMBERS)
+        .map(|i| {
+            run_on(&[cpus[i % cpus.len()]]);
+            tb.command(i, netdam_bin())
+                .unwrap()
+                .args(["allreduce", "--group", &group, "--rkey", "0x1234", "--count", "100000"])
+                .args(["--iters", "3", "--check", "--json", "--pin-dir"])
+                .arg(&tb.hosts[i].pin_dir)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("run netdam allreduce")
+        })
+        .collect();
+    run_on(&cpus);
+    for (i, m) in members.into_iter().enumerate() {
+        let out = m.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "member {i}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let row: serde_json::Value = serde_json::from_str(stdout.trim()).expect("a JSON row");
+        assert_eq!(row["wrong"], 0, "member {i}: {row}");
+    }
+    let spread: Vec<Vec<u64>> = tb.hosts.iter().map(|h| queue_frames(&h.pin_dir).unwrap()).collect();
+    eprintln!("frames by queue on each member: {spread:?}");
+    for (i, queues) in spread.iter().enumerate() {
+        let busy = queues.iter().filter(|f| **f > 0).count();
+        assert!(busy >= 2, "member {i} saw frames on {busy} queue(s): {queues:?}");
+    }
 }
 
 /// Loads an unattached node with `slots` queue slots pinned in `dir`.
