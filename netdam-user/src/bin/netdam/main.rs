@@ -50,7 +50,8 @@ enum Cmd {
     Cas(AtomicArgs),
     /// Atomically replace a u64; prints the old value.
     Swap(AtomicArgs),
-    /// Print a local node's counters (requests by opcode and status, drops).
+    /// Print a local node's counters (requests by opcode and status, drops,
+    /// and the frames of each receive queue: how RSS spreads the load).
     Stats(StatsArgs),
     /// Set (raise) a local node's readiness generation of a region: CHAIN hops
     /// on it run only for packets whose tag equals it (PROTOCOL.md section 6).
