@@ -19,12 +19,12 @@ use netdam_common::{
     wire::{flags, Alu, Dtype, HDR_LEN},
     NetdamHdr, Opcode, Status,
 };
+use netdam_lab::testbed::{host_ip, Served, Testbed, TestbedConfig};
 use netdam_tests::{netdam_bin, require_root, unique_prefix, PinDir};
 use netdam_user::{
     afxdp::{Delivery, Endpoint, EndpointConfig},
     controller::{queues::queue_frames, LocalNode, MAP_QUEUE_FRAMES, MAP_XSKS},
     stats::Stats,
-    testbed::{host_ip, Served, Testbed, TestbedConfig},
     Node,
 };
 
