@@ -8,6 +8,7 @@ pub mod args;
 pub mod cli;
 pub mod client;
 pub mod collective;
+pub mod config;
 pub mod controller;
 pub mod stats;
 
