@@ -10,6 +10,7 @@ pub mod client;
 pub mod collective;
 pub mod config;
 pub mod controller;
+pub mod metrics;
 pub mod stats;
 
 pub use client::{Client, ClientConfig, ClientError};
