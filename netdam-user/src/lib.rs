@@ -11,6 +11,7 @@ pub mod collective;
 pub mod config;
 pub mod controller;
 pub mod metrics;
+pub mod sd_notify;
 pub mod stats;
 
 pub use client::{Client, ClientConfig, ClientError};
