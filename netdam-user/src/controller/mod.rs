@@ -471,9 +471,12 @@ impl Node {
                 max,
             });
         }
+        // Stale keys go first, so that a replaced key is refused from the
+        // moment its successor is served; a region that stays is never out
+        // of the table (a reload serves it throughout).
         let old: Vec<u32> = regions.keys().filter_map(Result::ok).collect();
-        for k in old {
-            let _ = regions.remove(&k);
+        for k in old.iter().filter(|k| !spec.regions.iter().any(|(n, _)| n == *k)) {
+            let _ = regions.remove(k);
         }
         for (k, r) in &spec.regions {
             regions

@@ -1,16 +1,18 @@
 //! `netdam serve`: attach the data path to an interface and keep the node until a signal.
 
-use std::{net::Ipv4Addr, time::Duration};
+use std::{net::Ipv4Addr, path::PathBuf, time::Duration};
 
 use anyhow::{bail, Context as _, Result};
 use clap::Args;
-use netdam_common::{wire::DEFAULT_PORT, Region};
+use netdam_common::Region;
 use netdam_user::{
     args::{parse_region, parse_size, perm_letters},
+    config::{ServeConfig, ServeSettings},
     controller::{
         keys::{self, KeyOrigin, RegionArg},
-        neighbours, pins, sysctls, AttachMode, Interface, Node, NodeSpec, WindowSweep,
+        neighbours, sysctls, AttachMode, Interface, Node, NodeSpec, WindowSweep,
     },
+    metrics, sd_notify,
     stats::{self},
 };
 use tokio::{io::unix::AsyncFd, signal::unix::SignalKind};
@@ -18,16 +20,30 @@ use tokio::{io::unix::AsyncFd, signal::unix::SignalKind};
 use crate::local::*;
 
 #[derive(Args)]
+#[command(
+    after_help = "Settings come from the flags, then the --config file, then the defaults shown. \
+    With --config, SIGHUP (systemctl reload) re-reads the file and applies its regions, peers and limits \
+    to the running node without touching its memory; a reload that is invalid, or that changes iface, \
+    port, mem-size, mode, ip, window-sources, pin-dir or metrics (these need a restart), is refused and \
+    logged, and the node keeps serving as before. Without --config, SIGHUP stops serve like SIGTERM. \
+    Under systemd (Type=notify, dist/netdam.service) serve reports READY=1 once it serves."
+)]
 pub(crate) struct ServeArgs {
-    /// Interface to attach to.
+    /// A TOML file with serve's settings (e.g. /etc/netdam/netdam.toml; dist/netdam.toml is a
+    /// commented example): keys named as the flags (mem-size, bad-key-limit, ...), `peers = [..]`
+    /// and `[[region]]` tables. A flag given here wins over the file; a --region or --peer here
+    /// replaces the file's whole list. Unknown keys are errors.
     #[arg(long)]
-    pub(crate) iface: String,
-    /// UDP port P of NetDAM requests.
-    #[arg(long, default_value_t = DEFAULT_PORT)]
-    pub(crate) port: u16,
-    /// Bytes of NetDAM memory (a multiple of 64KiB, at most 2GiB), e.g. 64MiB.
-    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
-    pub(crate) mem_size: u64,
+    pub(crate) config: Option<PathBuf>,
+    /// Interface to attach to (or `iface` in the --config file).
+    #[arg(long)]
+    pub(crate) iface: Option<String>,
+    /// UDP port P of NetDAM requests [default: 4793].
+    #[arg(long)]
+    pub(crate) port: Option<u16>,
+    /// Bytes of NetDAM memory (a multiple of 64KiB, at most 2GiB), e.g. 64MiB [default: 64MiB].
+    #[arg(long, value_parser = parse_size)]
+    pub(crate) mem_size: Option<u64>,
     /// A region [KEY:]BASE:SIZE:PERMS (PERMS r=READ w=WRITE a=ATOMIC m=MSG), e.g. 0:4MiB:rwam.
     /// Without KEY (or with KEY `random`) the key is random: printed once and kept in the pin
     /// directory's keys file under /run/netdam/keys (0600), so a restart with the same region keeps it. A KEY (hex or
@@ -39,9 +55,9 @@ pub(crate) struct ServeArgs {
     /// neighbour table has for it; CHAIN runs only with peers (it can forward only to them). Repeatable.
     #[arg(long = "peer")]
     pub(crate) peers: Vec<Ipv4Addr>,
-    /// XDP attach mode: native (driver), skb (generic), or auto (native, else skb).
-    #[arg(long, value_enum, default_value_t = AttachMode::Auto)]
-    pub(crate) mode: AttachMode,
+    /// XDP attach mode: native (driver), skb (generic), or auto (native, else skb) [default: auto].
+    #[arg(long, value_enum)]
+    pub(crate) mode: Option<AttachMode>,
     /// IPv4 address the node answers on (default: the interface's first).
     #[arg(long)]
     pub(crate) ip: Option<Ipv4Addr>,
@@ -55,13 +71,13 @@ pub(crate) struct ServeArgs {
     /// bad_key_limited) and the source is locked out, all its requests dropped
     /// (drop_bad_key_lockout), until its allowance refills: a key guesser gets at most this many
     /// guesses a second. Both raise an alarm in `netdam stats` and the log: someone is guessing
-    /// keys, or a client has a wrong key (docs/conformance.md 21).
-    #[arg(long, default_value_t = 100)]
-    pub(crate) bad_key_limit: u32,
+    /// keys, or a client has a wrong key (docs/conformance.md 21) [default: 100].
+    #[arg(long)]
+    pub(crate) bad_key_limit: Option<u32>,
     /// Sources the at-most-once window table holds (16 KiB of memory each);
-    /// a new source finds it full is answered STALE for non-idempotent ops.
-    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
-    pub(crate) window_sources: u32,
+    /// a new source finds it full is answered STALE for non-idempotent ops [default: 1024].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub(crate) window_sources: Option<u32>,
     /// Windows one source IPv4 address may hold, its source ports and CHAIN origin ports together
     /// [default: a quarter of --window-sources]: a new source past it is answered STALE for
     /// non-idempotent ops (counted as window_source_full), so that one address spraying ports
@@ -70,14 +86,51 @@ pub(crate) struct ServeArgs {
     pub(crate) window_per_source: Option<u32>,
     /// Seconds unused after which a source's window is marked by the sweep (every quarter of
     /// this), and removed at a later sweep if still unused. Clients must stop retransmitting
-    /// before then (netdam's give up after retries x timeout).
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
-    pub(crate) window_idle: u64,
+    /// before then (netdam's give up after retries x timeout) [default: 30].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) window_idle: Option<u64>,
+    /// Serve the counters and gauges in the Prometheus text format at http://ADDR/metrics,
+    /// e.g. 127.0.0.1:9464. Unauthenticated: bind it to loopback or a management network, or
+    /// firewall the port (docs/deploy.md).
+    #[arg(long)]
+    pub(crate) metrics: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub(crate) pins: PinDirArgs,
 }
 
-pub(crate) async fn serve(a: ServeArgs) -> Result<()> {
+impl ServeArgs {
+    /// The settings the command line gives (`None` where it gives none).
+    pub(crate) fn flags(&self) -> ServeConfig {
+        ServeConfig {
+            iface: self.iface.clone(),
+            port: self.port,
+            mem_size: self.mem_size,
+            mode: self.mode,
+            ip: self.ip,
+            peers: (!self.peers.is_empty()).then(|| self.peers.clone()),
+            regions: (!self.regions.is_empty()).then(|| self.regions.clone()),
+            verify_csum: self.verify_csum.then_some(true),
+            bad_key_limit: self.bad_key_limit,
+            window_sources: self.window_sources,
+            window_per_source: self.window_per_source,
+            window_idle: self.window_idle,
+            pin_dir: self.pins.pin_dir.clone(),
+            metrics: self.metrics,
+        }
+    }
+
+    /// The flags over the --config file (read now) over the defaults.
+    pub(crate) fn settings(&self) -> Result<ServeSettings> {
+        let file = match &self.config {
+            Some(path) => ServeConfig::load(path)?,
+            None => ServeConfig::default(),
+        };
+        Ok(self.flags().over(file).resolve()?)
+    }
+}
+
+pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
+    let mut a = args.settings()?;
     let iface = Interface::lookup(&a.iface).with_context(|| format!("interface {}", a.iface))?;
     let ipv4 = match a.ip.or(iface.ipv4) {
         Some(ip) => ip,
@@ -96,32 +149,12 @@ pub(crate) async fn serve(a: ServeArgs) -> Result<()> {
              (docs/conformance.md 20)"
         );
     }
-    // The node's own address needs no entry: its host may be a CHAIN's
-    // origin anyway, and frames claiming it from the wire are dropped.
-    let peers: Vec<Ipv4Addr> = a.peers.iter().copied().filter(|p| *p != ipv4).collect();
-    let pin_dir = a.pins.pin_dir.clone().unwrap_or_else(|| pins::default_dir(&a.iface));
-    let regions = region_keys(&pin_dir, &a.regions)?;
-    let rx_queues = netdam_user::controller::queues::rx_queues(&a.iface)?;
-    log::info!(
-        "{}: {} receive queue(s) of at most {}; AF_XDP sockets and per-queue counts get {} slot(s)",
-        a.iface,
-        rx_queues.current,
-        rx_queues.max,
-        rx_queues.slots()
-    );
-    let spec = NodeSpec {
-        port: a.port,
-        mem_size: a.mem_size,
-        mac: iface.mac,
-        ipv4,
-        mtu: iface.mtu,
-        regions,
-        peers,
-        verify_csum: a.verify_csum,
-        window_sources: a.window_sources,
-        window_per_source: a.window_per_source.unwrap_or((a.window_sources / 4).max(1)),
-        bad_key_limit: a.bad_key_limit,
-        queue_slots: rx_queues.slots(),
+    let pin_dir = a.pin_dir.clone();
+    let mut spec = node_spec(&a, &iface, ipv4)?;
+    // Before loading: a port that is taken stops serve before it changes anything.
+    let metrics_listener = match a.metrics {
+        Some(addr) => Some(metrics::bind(addr).await?),
+        None => None,
     };
     let mut node = Node::load(&spec, Some(&pin_dir)).context("loading the NetDAM data path")?;
     if node.reused_pins {
@@ -138,8 +171,9 @@ pub(crate) async fn serve(a: ServeArgs) -> Result<()> {
     }
     // Before the kernel settings change and the program is attached: a signal
     // that came earlier would end the process without detaching or
-    // restoring the kernel settings. A hangup (the terminal or SSH session
-    // closed) is a stop like SIGTERM.
+    // restoring the kernel settings. A hangup is a reload with --config
+    // (systemctl reload), else (the terminal or SSH session closed) a stop
+    // like SIGTERM.
     let mut term = tokio::signal::unix::signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
     let mut hangup = tokio::signal::unix::signal(SignalKind::hangup()).context("installing the SIGHUP handler")?;
     let sysctls = sysctls::ChainSysctls::turn_on(&a.iface, &pin_dir).context("the kernel settings CHAIN needs")?;
@@ -151,18 +185,35 @@ pub(crate) async fn serve(a: ServeArgs) -> Result<()> {
     }
     bind_peer_macs(&mut node, &a.iface)?;
     let mode = node.attach(&a.iface, a.mode)?;
+    let gauges = std::sync::Arc::new(std::sync::Mutex::new(metrics::Gauges::default()));
+    set_gauges(&gauges, &a, &spec, |g| g.config_time = unix_now());
+    if let Some(listener) = metrics_listener {
+        let (gauges, iface_name, dir) = (gauges.clone(), a.iface.clone(), pin_dir.clone());
+        log::info!(
+            "metrics at http://{}/metrics",
+            listener.local_addr().context("the metrics address")?
+        );
+        tokio::spawn(metrics::serve(listener, move || {
+            let (counters, windows) = metrics::read_pinned(&dir).map_err(|e| e.to_string())?;
+            let g = gauges.lock().expect("gauges lock").clone();
+            Ok(metrics::render(&metrics::Scrape {
+                iface: &iface_name,
+                counters: &counters,
+                windows,
+                gauges: &g,
+            }))
+        }));
+    }
     log::info!(
         "serving NetDAM on {} ({mode} XDP): {ipv4} port {} mtu {}, {} region(s){}, {} peer(s)",
         a.iface,
         a.port,
         iface.mtu,
         spec.regions.len(),
-        spec.regions
-            .iter()
-            .map(|(k, r)| format!(" {k:#x}:{:#x}+{:#x}:{}", r.base, r.size, perm_letters(r.perms)))
-            .collect::<String>(),
+        regions_text(&spec.regions),
         spec.peers.len()
     );
+    sd_notify::notify(&format!("READY=1\nSTATUS=serving NetDAM on {} ({mode} XDP)", a.iface));
     let log_fd = match node.log_fd() {
         Some(fd) => {
             let owned = fd.try_clone_to_owned().context("duplicating the eBPF log fd")?;
@@ -171,7 +222,7 @@ pub(crate) async fn serve(a: ServeArgs) -> Result<()> {
         }
         None => None,
     };
-    let idle = Duration::from_secs(a.window_idle);
+    let mut idle = Duration::from_secs(a.window_idle);
     let mut sweep = tokio::time::interval(idle / 4);
     let mut peer_tick = tokio::time::interval(PEER_SYNC);
     let mut ticks = 0u64;
@@ -192,6 +243,8 @@ pub(crate) async fn serve(a: ServeArgs) -> Result<()> {
                 if let Err(e) = bind_peer_macs(&mut node, &a.iface) {
                     log::warn!("{e:#}");
                 }
+                let resolved = neighbours::resolved(&a.iface, &spec.peers).len() as u64;
+                set_gauges(&gauges, &a, &spec, |g| g.peers_resolved = resolved);
                 warn_of_new_alarms(&node, &mut alarmed);
             }
             _ = sweep.tick() => {
@@ -205,13 +258,32 @@ pub(crate) async fn serve(a: ServeArgs) -> Result<()> {
             }
             _ = tokio::signal::ctrl_c() => { log::info!("Ctrl-C: detaching"); break; }
             _ = term.recv() => { log::info!("SIGTERM: detaching"); break; }
-            _ = hangup.recv() => { log::info!("SIGHUP: detaching"); break; }
+            _ = hangup.recv() => {
+                if args.config.is_none() { log::info!("SIGHUP without --config: detaching"); break }
+                sd_notify::notify("RELOADING=1");
+                match reload(&args, &a, &mut node, &iface, ipv4) {
+                    Ok((new, new_spec)) => {
+                        if new.window_idle != a.window_idle {
+                            idle = Duration::from_secs(new.window_idle);
+                            sweep = tokio::time::interval(idle / 4);
+                        }
+                        (a, spec) = (new, new_spec);
+                        set_gauges(&gauges, &a, &spec, |g| { g.reloads += 1; g.config_time = unix_now(); });
+                    }
+                    Err(e) => {
+                        log::error!("reload refused, still serving as before: {}", netdam_user::cli::error_chain(&e));
+                        set_gauges(&gauges, &a, &spec, |g| g.reload_failures += 1);
+                    }
+                }
+                sd_notify::notify(&format!("READY=1\nSTATUS=serving NetDAM on {}", a.iface));
+            }
             r = async { match &log_fd { Some(fd) => fd.readable().await.map(|mut g| g.clear_ready()), None => std::future::pending().await } } => {
                 r.context("polling the eBPF log")?;
                 node.flush_log();
             }
         }
     }
+    sd_notify::notify("STOPPING=1");
     node.detach()?;
     sysctls.restore().context("restoring the kernel settings")?;
     log::info!(
@@ -220,6 +292,113 @@ pub(crate) async fn serve(a: ServeArgs) -> Result<()> {
         pin_dir.display()
     );
     Ok(())
+}
+
+/// The node's spec from the settings: the regions with their keys
+/// (`region_keys`), the peers less the node's own address.
+pub(crate) fn node_spec(a: &ServeSettings, iface: &Interface, ipv4: Ipv4Addr) -> Result<NodeSpec> {
+    let rx_queues = netdam_user::controller::queues::rx_queues(&a.iface)?;
+    log::info!(
+        "{}: {} receive queue(s) of at most {}; AF_XDP sockets and per-queue counts get {} slot(s)",
+        a.iface,
+        rx_queues.current,
+        rx_queues.max,
+        rx_queues.slots()
+    );
+    Ok(NodeSpec {
+        port: a.port,
+        mem_size: a.mem_size,
+        mac: iface.mac,
+        ipv4,
+        mtu: iface.mtu,
+        regions: region_keys(&a.pin_dir, &a.regions)?,
+        // The node's own address needs no entry: its host may be a CHAIN's
+        // origin anyway, and frames claiming it from the wire are dropped.
+        peers: a.peers.iter().copied().filter(|p| *p != ipv4).collect(),
+        verify_csum: a.verify_csum,
+        window_sources: a.window_sources,
+        window_per_source: a.window_per_source,
+        bad_key_limit: a.bad_key_limit,
+        queue_slots: rx_queues.slots(),
+    })
+}
+
+/// A reload (SIGHUP): re-reads the --config file and, if it is valid and
+/// changes nothing that needs a restart, replaces the node's region and
+/// peer tables and limits in place (`Node::configure`: the memory, its
+/// map, the counters and the windows stay; a region that stays keeps its
+/// key, a peer that stays its MAC). On an error nothing has changed.
+pub(crate) fn reload(
+    args: &ServeArgs,
+    now: &ServeSettings,
+    node: &mut Node,
+    iface: &Interface,
+    ipv4: Ipv4Addr,
+) -> Result<(ServeSettings, NodeSpec)> {
+    let Some(path) = args.config.as_deref() else {
+        bail!("no --config file to reload from")
+    };
+    let new = args.settings()?;
+    let restart = now.restart_needed(&new);
+    if !restart.is_empty() {
+        let changes: Vec<String> = restart
+            .iter()
+            .map(|(k, old, new)| format!("{k} {old} -> {new}"))
+            .collect();
+        bail!(
+            "{} changes what a running node cannot change ({}): restart serve for that (systemctl restart netdam); \
+             the memory stays pinned across a restart with the same mem-size",
+            path.display(),
+            changes.join(", ")
+        );
+    }
+    let spec = node_spec(&new, iface, ipv4)?;
+    node.configure(&spec).context("applying the reloaded config")?;
+    log::info!(
+        "reloaded {}: {} region(s){}, {} peer(s)",
+        path.display(),
+        spec.regions.len(),
+        regions_text(&spec.regions),
+        spec.peers.len()
+    );
+    let unresolved = neighbours::resolve(&new.iface, ipv4, &spec.peers, Duration::from_secs(1));
+    if !unresolved.is_empty() {
+        log::warn!(
+            "no neighbour entry yet for peer(s) {unresolved:?}: they are neither served nor forwarded to until they answer ARP"
+        );
+    }
+    if let Err(e) = bind_peer_macs(node, &new.iface) {
+        log::warn!("{e:#}");
+    }
+    Ok((new, spec))
+}
+
+/// The regions as the log shows them: ` KEY:BASE+SIZE:PERMS` each.
+pub(crate) fn regions_text(regions: &[(u32, Region)]) -> String {
+    regions
+        .iter()
+        .map(|(k, r)| format!(" {k:#x}:{:#x}+{:#x}:{}", r.base, r.size, perm_letters(r.perms)))
+        .collect()
+}
+
+/// Sets the metrics' gauges from the settings and the spec, then applies `more`.
+pub(crate) fn set_gauges(
+    gauges: &std::sync::Mutex<metrics::Gauges>,
+    a: &ServeSettings,
+    spec: &NodeSpec,
+    more: impl FnOnce(&mut metrics::Gauges),
+) {
+    let mut g = gauges.lock().expect("gauges lock");
+    g.mem_bytes = a.mem_size;
+    g.regions = spec.regions.len() as u64;
+    g.peers = spec.peers.len() as u64;
+    more(&mut g);
+}
+
+pub(crate) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// Logs a warning for each alarm event (`stats::ALARMS`) that counted
