@@ -444,6 +444,16 @@ impl Served {
         self.log.lock().expect("log lock").clone()
     }
 
+    /// The process id of the serve.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` (e.g. SIGHUP: a reload with --config) and returns at once.
+    pub fn signal(&self, signal: nix::sys::signal::Signal) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid() as i32), signal);
+    }
+
     /// SIGTERM, then wait; returns whether it exited cleanly.
     pub fn stop(mut self) -> bool {
         self.terminate()
