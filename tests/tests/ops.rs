@@ -13,8 +13,8 @@ use std::{
     time::{Duration, Instant},
 };
 
+use netdam_lab::testbed::{Served, Testbed};
 use netdam_tests::{netdam_bin, require_root, unique_prefix};
-use netdam_user::testbed::{Served, Testbed};
 use nix::sys::signal::Signal;
 
 const METRICS: &str = "127.0.0.1:9464";
