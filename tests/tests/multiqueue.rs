@@ -279,6 +279,19 @@ fn fetch_add_and_accumulate_stay_exact_with_repeats_on_other_queues() {
         "every frame sent was answered or dropped as the repeat of one executing"
     );
     assert_eq!(stats.queues.len(), QUEUES as usize, "a count for every queue");
+    let cli = std::process::Command::new(netdam_bin())
+        .args(["stats", "--json", "--pin-dir"])
+        .arg(&pin_dir)
+        .output()
+        .expect("run netdam stats");
+    let json: serde_json::Value = serde_json::from_slice(&cli.stdout).expect("netdam stats --json");
+    let frames = |q: &serde_json::Value| q["frames"].as_u64().unwrap();
+    let by_queue: Vec<u64> = json["queues"].as_array().expect("queues").iter().map(frames).collect();
+    assert_eq!(by_queue.len(), QUEUES as usize, "{json}");
+    assert!(
+        by_queue.iter().zip(&stats.queues).all(|(c, q)| *c >= q.frames),
+        "the command reads the same counts (frames since, such as ARP, may add): {by_queue:?}"
+    );
     assert!(
         busy >= 2.min(cpus.len()),
         "frames from {} CPUs reached {busy} queue(s): {:?}",
@@ -468,4 +481,75 @@ fn the_per_queue_maps_follow_the_queue_count_and_memory_is_kept() {
     };
     let e = Node::load(&spec, Some(&dir.0)).err().expect("0 slots refused");
     assert!(e.to_string().contains("receive queue slots: give 1 to 4096"), "{e}");
+}
+
+#[test]
+fn an_endpoint_refuses_more_queues_than_the_map_has_slots() {
+    let tb = testbed(1);
+    let dir = PinDir::new("mq-past");
+    // The node of progrun::spec has host 0's address; loaded for 1 queue.
+    let node = load(&dir, 1);
+    let pin_dir = dir.0.clone();
+    let opened = tb
+        .in_host(0, move || {
+            Endpoint::open(&pin_dir, EndpointConfig::default()).map(|e| e.queues())
+        })
+        .unwrap();
+    let e = opened.expect_err("4 queues do not fit 1 slot");
+    assert_eq!(
+        e.to_string(),
+        "eth0 has 4 receive queues but the node's socket map has 1 slots: it was loaded before the queues \
+         were added; restart `netdam serve` (it sizes the map from the interface)"
+    );
+    drop(node);
+    let node = load(&dir, QUEUES);
+    let pin_dir = dir.0.clone();
+    let opened = tb
+        .in_host(0, move || {
+            Endpoint::open(&pin_dir, EndpointConfig::default()).map(|e| e.queues())
+        })
+        .unwrap();
+    assert_eq!(opened.expect("open"), QUEUES as usize);
+    drop(node);
+}
+
+#[test]
+fn testbed_up_makes_multi_queue_links_and_refuses_a_bad_count() {
+    require_root();
+    let prefix = unique_prefix();
+    let netdam = |args: &[&str]| {
+        std::process::Command::new(netdam_bin())
+            .args(["testbed"])
+            .args(args)
+            .args(["--prefix", &prefix])
+            .output()
+            .expect("run netdam testbed")
+    };
+    /// Takes the testbed down on drop, also when an assertion fails.
+    struct Down(String);
+    impl Drop for Down {
+        fn drop(&mut self) {
+            let _ = Testbed::down(&self.0);
+        }
+    }
+    let _down = Down(prefix.clone());
+    let up = netdam(&["up", "--nodes", "2", "--queues", "3"]);
+    let stdout = String::from_utf8_lossy(&up.stdout);
+    assert!(up.status.success(), "{stdout}{}", String::from_utf8_lossy(&up.stderr));
+    assert!(stdout.contains("3 queue(s) a link"), "{stdout}");
+    for (ns, dev) in [(format!("{prefix}0"), "eth0"), (format!("{prefix}sw"), "p1")] {
+        let link = std::process::Command::new("ip")
+            .args(["-n", &ns, "-d", "link", "show", dev])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&link.stdout);
+        assert!(text.contains("numtxqueues 3 numrxqueues 3"), "{ns} {dev}: {text}");
+    }
+    let bad = netdam(&["up", "--nodes", "2", "--queues", "65"]);
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("--queues 65: use 1 to 64"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
 }
