@@ -35,7 +35,7 @@ const PORT: u16 = 4793;
 const COUNTER: u64 = 0x1000;
 const VECTOR: u64 = 0x2000;
 /// u64 elements of the ACCUMULATE vector.
-const ELEMS: usize = 16;
+const ELEMS: usize = 160;
 
 /// `nodes` hosts; every link has `QUEUES` queues.
 fn testbed(nodes: usize) -> Testbed {
