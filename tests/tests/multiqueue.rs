@@ -23,7 +23,10 @@ use netdam_lab::testbed::{host_ip, Served, Testbed, TestbedConfig};
 use netdam_tests::{netdam_bin, require_root, unique_prefix, PinDir};
 use netdam_user::{
     afxdp::{Delivery, Endpoint, EndpointConfig},
-    controller::{queues::queue_frames, LocalNode, MAP_QUEUE_FRAMES, MAP_XSKS},
+    controller::{
+        queues::{queue_frames, rx_queues, RxQueues},
+        LocalNode, MAP_QUEUE_FRAMES, MAP_XSKS,
+    },
     stats::Stats,
     Node,
 };
@@ -552,4 +555,25 @@ fn testbed_up_makes_multi_queue_links_and_refuses_a_bad_count() {
         "{}",
         String::from_utf8_lossy(&bad.stderr)
     );
+}
+
+#[test]
+fn queue_counts_come_from_the_channels_or_the_device() {
+    let tb = testbed(1);
+    let ns = tb.hosts[0].netns.clone();
+    let five = ["numtxqueues", "5", "numrxqueues", "5"];
+    let made = std::process::Command::new("ip")
+        .args(["-n", &ns, "link", "add", "b0"])
+        .args(five)
+        .args(["type", "bridge"])
+        .status()
+        .unwrap();
+    assert!(made.success(), "ip link add b0 ... type bridge");
+    let (veth, bridge) = tb
+        .in_host(0, || (rx_queues("eth0").unwrap(), rx_queues("b0").unwrap()))
+        .unwrap();
+    // veth reports channels; a bridge has none, so the queues it was made with count.
+    let all = |n| RxQueues { current: n, max: n };
+    assert_eq!(veth, all(QUEUES));
+    assert_eq!(bridge, all(5));
 }

@@ -4,7 +4,9 @@
 //!
 //! The count comes from ETHTOOL_GCHANNELS in the calling thread's network
 //! namespace (/sys/class/net inside an `ip netns` namespace shows the
-//! namespace sysfs was mounted in). The maps get a slot for the most
+//! namespace sysfs was mounted in); for a driver without channel counts
+//! (a bridge, macvlan, tun, bonding), from the queues the device was made
+//! with (netlink, IFLA_NUM_RX_QUEUES). The maps get a slot for the most
 //! receive queues the driver allows, not only those in use, so that
 //! `ethtool -L` up to that maximum needs no reload.
 
@@ -33,7 +35,6 @@ pub struct RxQueues {
 }
 
 impl RxQueues {
-    /// One queue: a driver that does not report channels (e.g. lo) has one.
     pub const SINGLE: RxQueues = RxQueues { current: 1, max: 1 };
 
     /// Slots the per-queue maps need: every queue the driver allows.
@@ -60,7 +61,8 @@ struct EthtoolChannels {
 const ETHTOOL_GCHANNELS: u32 = 0x3C;
 
 /// The receive queues of interface `name` in the calling thread's network
-/// namespace; `SINGLE` when the driver has no channel count (EOPNOTSUPP).
+/// namespace: its channel counts, or, when the driver has none
+/// (EOPNOTSUPP), the queues the device was made with.
 pub fn rx_queues(name: &str) -> Result<RxQueues, ControllerError> {
     let mut ch = EthtoolChannels {
         cmd: ETHTOOL_GCHANNELS,
@@ -89,13 +91,100 @@ pub fn rx_queues(name: &str) -> Result<RxQueues, ControllerError> {
         libc::close(fd);
         if r < 0 {
             return match err.raw_os_error() {
-                Some(libc::EOPNOTSUPP) => Ok(RxQueues::SINGLE),
+                Some(libc::EOPNOTSUPP) => {
+                    let n = allocated_rx_queues(name).map_err(|e| {
+                        ControllerError::Io(format!("reading the receive queues of {name} (netlink RTM_GETLINK)"), e)
+                    })?;
+                    Ok(RxQueues { current: n, max: n })
+                }
                 Some(libc::ENODEV) => Err(ControllerError::UnknownInterface(name.to_string())),
                 _ => Err(fail(err)),
             };
         }
     }
     Ok(from_channels(&ch))
+}
+
+/// IFLA_NUM_RX_QUEUES of linux/if_link.h: the receive queues allocated with the device.
+const IFLA_NUM_RX_QUEUES: u16 = 32;
+
+/// The receive queues interface `name` was allocated with (RTM_GETLINK on
+/// a netlink socket of the calling thread's namespace); at least 1.
+fn allocated_rx_queues(name: &str) -> Result<u32, std::io::Error> {
+    let index = nix::net::if_::if_nametoindex(name)?;
+    #[repr(C)]
+    struct Request {
+        hdr: libc::nlmsghdr,
+        ifi: libc::ifinfomsg,
+    }
+    // SAFETY: plain old data, all-zero is valid.
+    let mut req: Request = unsafe { std::mem::zeroed() };
+    req.hdr.nlmsg_len = std::mem::size_of::<Request>() as u32;
+    req.hdr.nlmsg_type = libc::RTM_GETLINK;
+    req.hdr.nlmsg_flags = libc::NLM_F_REQUEST as u16;
+    req.hdr.nlmsg_seq = 1;
+    req.ifi.ifi_family = libc::AF_UNSPEC as u8;
+    req.ifi.ifi_index = index as i32;
+    let mut buf = vec![0u8; 32 * 1024];
+    // SAFETY: a netlink socket owned here and closed before return; `req`
+    // and `buf` are live buffers of the lengths given.
+    let n = unsafe {
+        let fd = libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+            libc::NETLINK_ROUTE,
+        );
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let sent = libc::send(fd, (&req as *const Request).cast(), req.hdr.nlmsg_len as usize, 0);
+        let n = if sent < 0 {
+            -1
+        } else {
+            libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0)
+        };
+        let err = std::io::Error::last_os_error();
+        libc::close(fd);
+        if n < 0 {
+            return Err(err);
+        }
+        n as usize
+    };
+    parse_link_reply(&buf[..n])
+}
+
+/// IFLA_NUM_RX_QUEUES from an RTM_GETLINK reply (1 if absent); the errno of an NLMSG_ERROR.
+fn parse_link_reply(msg: &[u8]) -> Result<u32, std::io::Error> {
+    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "a short netlink reply");
+    let u16_at = |o: usize| {
+        msg.get(o..o + 2)
+            .map(|b| u16::from_ne_bytes([b[0], b[1]]))
+            .ok_or_else(bad)
+    };
+    let u32_at = |o: usize| {
+        msg.get(o..o + 4)
+            .map(|b| u32::from_ne_bytes(b.try_into().expect("4 bytes")))
+            .ok_or_else(bad)
+    };
+    let len = (u32_at(0)? as usize).min(msg.len());
+    if u16_at(4)? == libc::NLMSG_ERROR as u16 {
+        // struct nlmsgerr: a negative errno after the header.
+        let errno = u32_at(16)? as i32;
+        return Err(std::io::Error::from_raw_os_error(-errno));
+    }
+    // Attributes follow the 16-byte header and the 16-byte ifinfomsg, 4-aligned.
+    let mut at = 32;
+    while at + 4 <= len {
+        let (attr_len, kind) = (u16_at(at)? as usize, u16_at(at + 2)?);
+        if attr_len < 4 {
+            break;
+        }
+        if kind == IFLA_NUM_RX_QUEUES {
+            return Ok(u32_at(at + 4)?.max(1));
+        }
+        at += attr_len.next_multiple_of(4);
+    }
+    Ok(1)
 }
 
 /// Receive queues from the channel counts: rx-only and combined channels
@@ -160,8 +249,29 @@ mod tests {
     }
 
     #[test]
+    fn link_replies_give_the_allocated_queues_or_the_error() {
+        let mut reply = vec![0u8; 32];
+        reply[4..6].copy_from_slice(&libc::RTM_NEWLINK.to_ne_bytes());
+        for (kind, value) in [(3u16, 0x3030_3030u32), (IFLA_NUM_RX_QUEUES, 6)] {
+            reply.extend_from_slice(&8u16.to_ne_bytes());
+            reply.extend_from_slice(&kind.to_ne_bytes());
+            reply.extend_from_slice(&value.to_ne_bytes());
+        }
+        let len = reply.len() as u32;
+        reply[0..4].copy_from_slice(&len.to_ne_bytes());
+        assert_eq!(parse_link_reply(&reply).unwrap(), 6);
+        assert_eq!(parse_link_reply(&reply[..40]).unwrap(), 1, "absent: one queue");
+        let mut error = vec![0u8; 20];
+        error[0..4].copy_from_slice(&20u32.to_ne_bytes());
+        error[4..6].copy_from_slice(&(libc::NLMSG_ERROR as u16).to_ne_bytes());
+        error[16..20].copy_from_slice(&(-libc::ENODEV).to_ne_bytes());
+        assert_eq!(parse_link_reply(&error).unwrap_err().raw_os_error(), Some(libc::ENODEV));
+        assert!(parse_link_reply(&[0u8; 3]).is_err());
+    }
+
+    #[test]
     fn loopback_has_one_queue() {
-        // lo has no channel count: the driver does not support the call.
+        // lo has no channel count: the netlink count (1) answers.
         assert_eq!(rx_queues("lo").unwrap(), RxQueues::SINGLE);
         assert!(matches!(
             rx_queues("no-such-if0"),
