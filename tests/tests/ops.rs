@@ -497,23 +497,16 @@ fn the_systemd_unit_verifies() {
     assert!(!passed && said.contains("is not executable"), "{said}");
 }
 
-/// serve runs, reloads and stops with only the capabilities the unit's
-/// CapabilityBoundingSet leaves it (setpriv lowers this root's bounding set
-/// to that list before it runs netdam).
-#[test]
-fn serve_needs_no_capability_beyond_the_units() {
-    let tb = testbed(2);
-    let scratch = Scratch::new("caps");
-    let unit = include_str!("../../dist/netdam.service");
-    let caps: Vec<String> = unit
-        .lines()
-        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
-        .expect("the unit bounds its capabilities")
-        .split_whitespace()
+/// A wrapper that runs netdam with only `caps` (names as the unit writes
+/// them) in its bounding set: setpriv lowers this root's bounding set, so
+/// the netdam it runs has no other capability.
+fn netdam_with_caps(scratch: &Scratch, name: &str, caps: &[&str]) -> PathBuf {
+    let caps: Vec<String> = caps
+        .iter()
         .map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase()))
         .collect();
     let wrapper = scratch.file(
-        "netdam",
+        name,
         &format!(
             "#!/bin/sh\nexec setpriv --bounding-set=-all,{} --inh-caps=-all {} \"$@\"\n",
             caps.join(","),
@@ -521,20 +514,42 @@ fn serve_needs_no_capability_beyond_the_units() {
         ),
     );
     std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let peer = tb.hosts[1].ip.to_string();
-    let config = scratch.file("netdam.toml", &config_text(&[&peer], &[("0x1234", "0", "1MiB")], ""));
-    let served = serve_config(&tb, 0, &wrapper, &config);
-    let status = std::fs::read_to_string(format!("/proc/{}/status", served.pid())).unwrap();
-    let bounding = status
+    wrapper
+}
+
+/// serve starts on fresh pins with a random key, serves, reloads and stops
+/// with only the capabilities the unit's CapabilityBoundingSet leaves it;
+/// without CAP_PERFMON it cannot start (the set is no larger than needed).
+#[test]
+fn serve_needs_no_capability_beyond_the_units() {
+    let tb = testbed(2);
+    let scratch = Scratch::new("caps");
+    let _forget = ForgetKeys(netdam_user::controller::keys::keys_path(&tb.hosts[0].pin_dir));
+    let unit = include_str!("../../dist/netdam.service");
+    let caps: Vec<&str> = unit
         .lines()
-        .find_map(|l| l.strip_prefix("CapBnd:"))
-        .unwrap()
-        .trim()
-        .to_string();
-    assert_ne!(bounding, "000001ffffffffff", "the bounding set is lowered");
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .expect("the unit bounds its capabilities")
+        .split_whitespace()
+        .collect();
+    let peer = tb.hosts[1].ip.to_string();
+    let config = scratch.file("netdam.toml", &config_text(&[&peer], &[("random", "0", "64KiB")], ""));
+    let fewer: Vec<&str> = caps.iter().copied().filter(|c| *c != "CAP_PERFMON").collect();
+    let refused = tb.serve(
+        0,
+        &netdam_with_caps(&scratch, "netdam-fewer", &fewer),
+        &["--config".to_string(), config.display().to_string()],
+    );
+    assert!(refused.is_err(), "serve started without CAP_PERFMON");
+
+    let served = serve_config(&tb, 0, &netdam_with_caps(&scratch, "netdam", &caps), &config);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", served.pid())).unwrap();
+    let bounding = status.lines().find_map(|l| l.strip_prefix("CapBnd:")).unwrap().trim();
+    // CAP_NET_ADMIN (12), CAP_PERFMON (38), CAP_BPF (39).
+    assert_eq!(u64::from_str_radix(bounding, 16).unwrap(), 1 << 12 | 1 << 38 | 1 << 39);
     let node = tb.hosts[0].ip.to_string();
     ok(&netdam(&tb, 1, &["ping", "--node", &node, "--count", "1"]));
-    std::fs::write(&config, config_text(&[&peer], &[("0x4321", "0", "1MiB")], "")).unwrap();
+    std::fs::write(&config, config_text(&[&peer], &[("random", "64KiB", "64KiB")], "")).unwrap();
     served.signal(Signal::SIGHUP);
     wait_for_log(&served, "reloaded ", 1);
     assert_eq!(
@@ -542,4 +557,14 @@ fn serve_needs_no_capability_beyond_the_units() {
         1.0
     );
     assert!(served.stop(), "a clean stop: detached and the kernel settings restored");
+}
+
+/// Removes a node's random keys file (kept in /run, which the testbed's
+/// teardown does not touch), also when the test fails.
+struct ForgetKeys(PathBuf);
+
+impl Drop for ForgetKeys {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
