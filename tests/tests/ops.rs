@@ -211,7 +211,11 @@ fn metrics_are_served_inside_the_namespace_and_count_requests() {
     let scratch = Scratch::new("metrics");
     let peer = tb.hosts[1].ip.to_string();
     let config = scratch.file("netdam.toml", &config_text(&[&peer], &[("0x1234", "0", "1MiB")], ""));
-    let served = serve_config(&tb, 0, &netdam_bin(), &config);
+    // A flag wins over the file's mem-size (4MiB).
+    let args = ["--config", config.to_str().unwrap(), "--mem-size", "8MiB"].map(String::from);
+    let served = tb
+        .serve_with_env(0, &netdam_bin(), &args, &[("RUST_LOG", "info")])
+        .expect("netdam serve --config");
     assert!(
         served.log().contains(&format!("metrics at http://{METRICS}/metrics")),
         "{}",
@@ -220,7 +224,7 @@ fn metrics_are_served_inside_the_namespace_and_count_requests() {
 
     let before = scrape(&tb, 0);
     assert_eq!(sample(&before, "netdam_up", ""), 1.0);
-    assert_eq!(sample(&before, "netdam_memory_bytes", ""), (4 << 20) as f64);
+    assert_eq!(sample(&before, "netdam_memory_bytes", ""), (8 << 20) as f64);
     assert_eq!(sample(&before, "netdam_regions", ""), 1.0);
     assert_eq!(sample(&before, "netdam_peers", ""), 1.0);
     // Every event of `netdam stats` is a counter.

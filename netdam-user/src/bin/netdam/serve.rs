@@ -33,7 +33,7 @@ pub(crate) struct ServeArgs {
     /// commented example): keys named as the flags (mem-size, bad-key-limit, ...), `peers = [..]`
     /// and `[[region]]` tables. A flag given here wins over the file; a --region or --peer here
     /// replaces the file's whole list. Unknown keys are errors.
-    #[arg(long)]
+    #[arg(long, value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
     /// Interface to attach to (or `iface` in the --config file).
     #[arg(long)]
@@ -92,7 +92,7 @@ pub(crate) struct ServeArgs {
     /// Serve the counters and gauges in the Prometheus text format at http://ADDR/metrics,
     /// e.g. 127.0.0.1:9464. Unauthenticated: bind it to loopback or a management network, or
     /// firewall the port (docs/deploy.md).
-    #[arg(long)]
+    #[arg(long, value_name = "ADDR")]
     pub(crate) metrics: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub(crate) pins: PinDirArgs,
@@ -339,6 +339,14 @@ pub(crate) fn reload(
         bail!("no --config file to reload from")
     };
     let new = args.settings()?;
+    for (flag, given) in [
+        ("--region", !args.regions.is_empty()),
+        ("--peer", !args.peers.is_empty()),
+    ] {
+        if given {
+            log::warn!("{flag} is on serve's command line, so the file's list is not used: a reload keeps the flags'");
+        }
+    }
     let restart = now.restart_needed(&new);
     if !restart.is_empty() {
         let changes: Vec<String> = restart
