@@ -321,8 +321,15 @@ fn a_reload_swaps_regions_keys_and_peers_and_keeps_the_memory() {
     let scratch = Scratch::new("reload");
     let node = tb.hosts[0].ip.to_string();
     let (peer1, peer2) = (tb.hosts[1].ip.to_string(), tb.hosts[2].ip.to_string());
-    let config = scratch.file("netdam.toml", &config_text(&[&peer1], &[("0x1111", "0", "64KiB")], ""));
+    let _forget = ForgetKeys(netdam_user::controller::keys::keys_path(&tb.hosts[0].pin_dir));
+    // A region with a random key stays as it is: the reload keeps its key.
+    const KEPT: (&str, &str, &str) = ("random", "128KiB", "64KiB");
+    let config = scratch.file(
+        "netdam.toml",
+        &config_text(&[&peer1], &[("0x1111", "0", "64KiB"), KEPT], ""),
+    );
     let served = serve_config(&tb, 0, &netdam_bin(), &config);
+    let kept_key = format!("{:#x}", random_key(&tb.hosts[0].pin_dir, 128 << 10));
 
     let data: Vec<u8> = (0..65536u32)
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
@@ -369,16 +376,22 @@ fn a_reload_swaps_regions_keys_and_peers_and_keeps_the_memory() {
     // Key 0x1111 becomes 0x2222 over the same bytes, a region and a peer are added.
     let swapped = config_text(
         &[&peer1, &peer2],
-        &[("0x2222", "0", "64KiB"), ("0x3333", "64KiB", "64KiB")],
+        &[("0x2222", "0", "64KiB"), ("0x3333", "64KiB", "64KiB"), KEPT],
         "",
     );
     std::fs::write(&config, swapped).unwrap();
     served.signal(Signal::SIGHUP);
     let log = wait_for_log(&served, "reloaded ", 1);
     assert!(
-        log.contains(" 2 region(s) 0x2222:0x0+0x10000:rwam 0x3333:0x10000+0x10000:rwam, 2 peer(s)"),
+        log.contains(&format!(
+            " 3 region(s) 0x2222:0x0+0x10000:rwam 0x3333:0x10000+0x10000:rwam {kept_key}:0x20000+0x10000:rwam, \
+             2 peer(s)"
+        )),
         "{log}"
     );
+    assert_eq!(format!("{:#x}", random_key(&tb.hosts[0].pin_dir, 128 << 10)), kept_key);
+    let (o, _) = read(1, &kept_key, "128KiB", 16);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let (o, got) = read(1, "0x2222", "0", data.len());
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(got == data, "the memory's bytes are those written before the reload");
@@ -431,7 +444,7 @@ fn a_reload_swaps_regions_keys_and_peers_and_keeps_the_memory() {
     let m = scrape(&tb, 0);
     assert_eq!(sample(&m, "netdam_config_reloads_total", ""), 1.0);
     assert_eq!(sample(&m, "netdam_config_reload_failures_total", ""), 2.0);
-    assert_eq!(sample(&m, "netdam_regions", ""), 2.0);
+    assert_eq!(sample(&m, "netdam_regions", ""), 3.0);
     assert_eq!(sample(&m, "netdam_peers", ""), 2.0);
     assert!(served.stop(), "a clean stop after the reloads");
 }
@@ -561,6 +574,20 @@ fn serve_needs_no_capability_beyond_the_units() {
         1.0
     );
     assert!(served.stop(), "a clean stop: detached and the kernel settings restored");
+}
+
+/// The random key kept for the region at `base` in the keys file of the node pinned in `pin_dir`.
+fn random_key(pin_dir: &Path, base: u64) -> u64 {
+    let path = netdam_user::controller::keys::keys_path(pin_dir);
+    let stored: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    stored
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["base"] == base)
+        .unwrap_or_else(|| panic!("no key for base {base:#x} in {}", path.display()))["rkey"]
+        .as_u64()
+        .unwrap()
 }
 
 /// Removes a node's random keys file (kept in /run, which the testbed's
