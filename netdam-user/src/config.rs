@@ -11,7 +11,12 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use netdam_common::{region::perms_from_letters, wire::DEFAULT_PORT, Region};
+use netdam_common::{
+    config::{MEM_CHUNK, MEM_MAX},
+    region::perms_from_letters,
+    wire::DEFAULT_PORT,
+    Region,
+};
 use thiserror::Error;
 use toml::{Table, Value};
 
@@ -155,7 +160,13 @@ impl ServeConfig {
                         &format!("a UDP port, 1 to 65535 (e.g. {DEFAULT_PORT})"),
                     )? as u16)
                 }
-                "mem-size" => c.mem_size = Some(f.size(key, v)?),
+                "mem-size" => {
+                    let m = f.size(key, v)?;
+                    if m == 0 || !m.is_multiple_of(MEM_CHUNK as u64) || m > MEM_MAX {
+                        return Err(f.bad(key, v, "a multiple of 64KiB from 64KiB to 2GiB, e.g. \"64MiB\""));
+                    }
+                    c.mem_size = Some(m);
+                }
                 "mode" => {
                     const MODES: &str = "\"native\" (driver XDP), \"skb\" (generic XDP) or \"auto\" (native, else skb)";
                     c.mode = Some(match v.as_str() {
@@ -214,9 +225,10 @@ impl ServeConfig {
                     c.window_idle = Some(f.int(key, v, 1, u64::MAX >> 1, "seconds, 1 or more (e.g. 30)")?)
                 }
                 "pin-dir" => {
-                    let s = f.string(key, v, "an absolute path on a bpffs, e.g. \"/sys/fs/bpf/netdam/eth0\"")?;
+                    const DIR: &str = "an absolute path on a bpffs, e.g. \"/sys/fs/bpf/netdam/eth0\"";
+                    let s = f.string(key, v, DIR)?;
                     if !s.starts_with('/') {
-                        return Err(f.bad(key, v, "an absolute path on a bpffs, e.g. \"/sys/fs/bpf/netdam/eth0\""));
+                        return Err(f.bad(key, v, DIR));
                     }
                     c.pin_dir = Some(PathBuf::from(s));
                 }
@@ -574,6 +586,14 @@ mod tests {
             (
                 "mem-size = \"64XB\"",
                 "`mem-size = \"64XB\"` is not valid: bytes: an integer, or a string with a unit (B, KiB, MiB, GiB), e.g. \"64MiB\"",
+            ),
+            (
+                "mem-size = 100000",
+                "`mem-size = 100000` is not valid: a multiple of 64KiB from 64KiB to 2GiB, e.g. \"64MiB\"",
+            ),
+            (
+                "mem-size = \"4GiB\"",
+                "`mem-size = \"4GiB\"` is not valid: a multiple of 64KiB from 64KiB to 2GiB, e.g. \"64MiB\"",
             ),
             (
                 "mode = \"fast\"",
