@@ -485,14 +485,21 @@ fn unit_for(dir: &Path, netdam: &Path) -> PathBuf {
     path
 }
 
-/// `systemd-analyze verify` of a unit: success and whatever it printed.
+/// `systemd-analyze verify` of a unit: success, and what it said about
+/// this unit (it may also warn about the host's own units).
 fn verify(unit: &Path) -> (bool, String) {
     let o = std::process::Command::new("systemd-analyze")
         .arg("verify")
         .arg(unit)
         .output()
         .expect("systemd-analyze (apt-get install systemd)");
-    (o.status.success(), String::from_utf8_lossy(&o.stderr).into_owned())
+    let name = unit.file_name().unwrap().to_str().unwrap();
+    let said: Vec<&str> = std::str::from_utf8(&o.stderr)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains(name))
+        .collect();
+    (o.status.success(), said.join("\n"))
 }
 
 /// The unit passes `systemd-analyze verify` without a warning (it only
