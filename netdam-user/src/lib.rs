@@ -10,15 +10,9 @@ pub mod client;
 pub mod collective;
 pub mod config;
 pub mod controller;
-<<<<<<< HEAD
+pub mod doctor;
 pub mod metrics;
 pub mod sd_notify;
-=======
-pub mod cpu;
-pub mod doctor;
-pub mod memwall;
-pub mod plot;
->>>>>>> f52905b (doctor: host and interface checks before serve (kernel, BTF, bpffs, memlock, driver and its XDP features, XDP_TX on veth, MTU, queues, offloads, zero-copy), typed Check results)
 pub mod stats;
 
 pub use client::{Client, ClientConfig, ClientError};

@@ -3,6 +3,7 @@
 mod afxdp;
 mod client;
 mod collective;
+mod doctor;
 mod local;
 mod serve;
 
@@ -34,6 +35,8 @@ struct Cli {
 enum Cmd {
     /// Serve NetDAM on an interface until Ctrl-C or SIGTERM, then detach.
     Serve(ServeArgs),
+    /// Check this host (and an interface) before `serve`: ok / warn / fail, and the fix.
+    Doctor(doctor::DoctorArgs),
     /// Send NOPs to a node and print round-trip times.
     Ping(PingArgs),
     /// Write a file into a node's NetDAM memory.
@@ -83,6 +86,7 @@ fn main() -> ExitCode {
 async fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Serve(a) => serve::serve(a).await,
+        Cmd::Doctor(a) => doctor::doctor(a),
         Cmd::Ping(a) => client::ping(a).await,
         Cmd::Write(a) => client::write(a).await,
         Cmd::Read(a) => client::read(a).await,

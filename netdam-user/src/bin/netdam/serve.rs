@@ -94,6 +94,10 @@ pub(crate) struct ServeArgs {
     /// firewall the port (docs/deploy.md).
     #[arg(long, value_name = "ADDR")]
     pub(crate) metrics: Option<std::net::SocketAddr>,
+    /// Serve even though doctor's check NAME fails (logged as a warning instead): for a check that
+    /// misjudges an unusual setup. Repeatable. `netdam doctor --iface IF` shows the checks.
+    #[arg(long = "skip-check", value_name = "NAME", value_parser = clap::builder::PossibleValuesParser::new(netdam_user::doctor::CHECKS))]
+    pub(crate) skip_checks: Vec<String>,
     #[command(flatten)]
     pub(crate) pins: PinDirArgs,
 }
@@ -150,6 +154,8 @@ pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
         );
     }
     let pin_dir = a.pin_dir.clone();
+    // Before anything changes (keys drawn, pins made): a host that cannot serve says why.
+    netdam_user::doctor::before_serve(&a.iface, &pin_dir, a.mode, &args.skip_checks)?;
     let mut spec = node_spec(&a, &iface, ipv4)?;
     // Before loading: a port that is taken stops serve before it changes anything.
     let metrics_listener = match a.metrics {
