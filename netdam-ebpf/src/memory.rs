@@ -72,12 +72,15 @@ fn copy(ctx: &XdpContext, frame_off: u32, addr: u64, len: u32, dir: Direction) -
         }
         let Piece { chunk, off, n } = piece(addr, done, len);
         let elem = NETDAM_MEM.get_ptr_mut(chunk).ok_or(CopyFailed)?;
-        let mut d = core::mem::MaybeUninit::<bpf_dynptr>::uninit();
+        // Zeroed, not uninit: the store over all of it is what lets Linux 6.1's
+        // verifier make a new dynptr where the previous piece's was (it keeps
+        // that one's marks on the stack slots; 6.2+ reinitialize them itself).
+        let mut d = bpf_dynptr { __opaque: [0; 2] };
         // SAFETY: `elem` is a map value of MEM_CHUNK bytes and `scratch` one of
         // SCRATCH_LEN bytes; `n` is in 1..=SCRATCH_LEN; the helpers check the
         // dynptr offset and the frame offset themselves.
         let r = unsafe {
-            if bpf_dynptr_from_mem(elem.cast(), MEM_CHUNK as u32, 0, d.as_mut_ptr()) != 0 {
+            if bpf_dynptr_from_mem(elem.cast(), MEM_CHUNK as u32, 0, &mut d) != 0 {
                 return Err(CopyFailed);
             }
             match dir {
@@ -86,11 +89,11 @@ fn copy(ctx: &XdpContext, frame_off: u32, addr: u64, len: u32, dir: Direction) -
                     if r != 0 {
                         r
                     } else {
-                        bpf_dynptr_write(d.as_ptr(), off, scratch.cast(), n, 0)
+                        bpf_dynptr_write(&d, off, scratch.cast(), n, 0)
                     }
                 }
                 Direction::MemToFrame => {
-                    let r = bpf_dynptr_read(scratch.cast(), n, d.as_ptr(), off, 0);
+                    let r = bpf_dynptr_read(scratch.cast(), n, &d, off, 0);
                     if r != 0 {
                         r
                     } else {
