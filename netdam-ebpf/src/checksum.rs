@@ -85,7 +85,10 @@ fn verify_udp(ctx: &XdpContext, ip: &Ipv4Hdr, l4: u32, udp_len: u32) -> Result<(
         // stack buffer, with lengths the verifier sees bounded by them.
         unsafe {
             if aligned != 0 {
-                let a = bounded_len(aligned, STEP);
+                // Read back through the stack so that LLVM cannot drop the clamp as
+                // redundant: Linux 6.1's verifier does not carry `aligned != 0` over
+                // to the length and needs the clamp's lower bound of 1.
+                let a = bounded_len(core::ptr::read_volatile(&aligned), STEP);
                 if bpf_xdp_load_bytes(ctx.ctx, l4 + done, scratch.cast(), a) != 0 {
                     return Err(bad);
                 }
