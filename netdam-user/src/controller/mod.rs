@@ -767,24 +767,31 @@ fn require_privilege() -> Result<(), ControllerError> {
 /// Turns a program load failure into the kernel feature it points at.
 fn load_error(e: ProgramError) -> ControllerError {
     let detail = e.to_string();
-    const NEEDS: [(&str, &str); 7] = [
-        ("bpf_dynptr_from_mem", "bpf_dynptr_from_mem needs Linux 5.19 or newer"),
-        ("bpf_dynptr_read", "bpf_dynptr_read needs Linux 5.19 or newer"),
-        ("bpf_dynptr_write", "bpf_dynptr_write needs Linux 5.19 or newer"),
-        ("bpf_xdp_load_bytes", "bpf_xdp_load_bytes needs Linux 5.18 or newer"),
-        ("bpf_xdp_store_bytes", "bpf_xdp_store_bytes needs Linux 5.18 or newer"),
-        ("bpf_xdp_get_buff_len", "bpf_xdp_get_buff_len needs Linux 5.18 or newer"),
-        ("frags", "multi-buffer XDP (xdp.frags) needs Linux 5.18 or newer"),
+    // (helper, its number in the uapi, the kernel that has it). Only a call the
+    // verifier names as unknown counts: a rejected call to a helper the kernel
+    // has (6.1's "Dynptr has to be an uninitialized dynptr") is no missing feature.
+    const NEEDS: [(&str, u32, &str); 6] = [
+        ("bpf_dynptr_from_mem", 197, "5.19"),
+        ("bpf_dynptr_read", 201, "5.19"),
+        ("bpf_dynptr_write", 202, "5.19"),
+        ("bpf_xdp_load_bytes", 189, "5.18"),
+        ("bpf_xdp_store_bytes", 190, "5.18"),
+        ("bpf_xdp_get_buff_len", 188, "5.18"),
     ];
-    let hint =
-        if detail.contains("unknown func") || detail.contains("invalid func") || detail.contains("Invalid argument") {
-            NEEDS
-                .iter()
-                .find(|(k, _)| detail.contains(k))
-                .map(|(_, h)| h.to_string())
-        } else {
-            None
-        };
+    let unknown_call = detail
+        .lines()
+        .rev()
+        .find(|l| l.contains("unknown func") || l.contains("invalid func"));
+    let hint = match unknown_call {
+        Some(l) => NEEDS
+            .iter()
+            .find(|(name, id, _)| l.contains(name) || l.contains(&format!("#{id}")))
+            .map(|(name, _, linux)| format!("{name} needs Linux {linux} or newer")),
+        None if detail.contains("Invalid argument") && detail.contains("frags") => {
+            Some("multi-buffer XDP (xdp.frags) needs Linux 5.18 or newer".to_string())
+        }
+        None => None,
+    };
     let hint = hint.unwrap_or_else(|| {
         if detail.contains("Operation not permitted") {
             "permission denied: run as root (CAP_BPF and CAP_PERFMON)".to_string()
