@@ -17,7 +17,6 @@ use aya::{
     Ebpf,
 };
 use netdam_tests::{netdam_bin, require_root, unique_prefix};
-use netdam_user::controller::NETDAM_XDP;
 use nix::sched::{setns, CloneFlags};
 
 const NODE_IP: &str = "198.19.0.1";
@@ -162,7 +161,7 @@ impl Pair {
     /// returned object drops. Returns it and the program's id.
     fn attach_peer_pass(&self) -> (Ebpf, u32) {
         self.in_peer(|| {
-            let mut ebpf = Ebpf::load(NETDAM_XDP).expect("load the XDP object");
+            let mut ebpf = Ebpf::load(netdam_lab::NETDAM_LAB_XDP).expect("load the lab XDP object");
             let prog: &mut Xdp = ebpf
                 .program_mut("netdam_pass")
                 .expect("netdam_pass")
