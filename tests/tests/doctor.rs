@@ -263,6 +263,28 @@ fn a_veth_peer_without_xdp_fails_and_really_loses_the_answers() {
         String::from_utf8_lossy(&out.stderr).trim(),
         "error: doctor: xdp-tx failed"
     );
+    // Every check ran, in order, on a veth.
+    let names: Vec<String> = stdout(&out)
+        .lines()
+        .filter(|l| !l.starts_with(' '))
+        .filter_map(|l| l.split_whitespace().nth(1).map(String::from))
+        .collect();
+    assert_eq!(names, netdam_user::doctor::CHECKS);
+    // --json says the same.
+    let json = pair.doctor(&["--json"]);
+    assert_eq!(json.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("doctor --json prints JSON");
+    assert_eq!(v["ok"], false);
+    let xdp_tx = v["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .find(|c| c["name"] == "xdp-tx")
+        .expect("an xdp-tx check");
+    assert_eq!(
+        xdp_tx,
+        &serde_json::json!({"name": "xdp-tx", "level": "fail", "found": no_xdp(""), "fix": fix})
+    );
 
     // serve refuses, in the same words.
     let refused = pair.serve(&[]).wait_with_output().expect("serve ends");
