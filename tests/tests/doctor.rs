@@ -2,7 +2,8 @@
 //! whose peer cannot receive XDP_TX frames, without an XDP program and with
 //! GRO (and that this is true: no answer arrives), for the same veth once
 //! the peer runs an XDP program, for a jumbo MTU and a queue mismatch on veth, for a missing
-//! bpffs, and that `serve` refuses with the same words.
+//! bpffs, for a peer in a namespace with no name, and that `serve` refuses
+//! with the same words.
 
 use std::{
     ffi::OsStr,
@@ -493,4 +494,81 @@ fn a_missing_bpffs_fails_and_serve_refuses() {
             pair.pin_dir.display()
         )]
     );
+}
+
+/// A network namespace with no name under /run/netns: a sleeping process's
+/// own. The process is killed on drop.
+struct UnnamedNetns(std::process::Child);
+
+impl UnnamedNetns {
+    fn new() -> UnnamedNetns {
+        let child = Command::new("unshare")
+            .args(["--net", "sleep", "120"])
+            .spawn()
+            .expect("run unshare");
+        let ns = UnnamedNetns(child);
+        let inode = |p: String| std::fs::read_link(p).ok();
+        let own = inode("/proc/self/ns/net".into());
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while inode(format!("/proc/{}/ns/net", ns.pid())) == own {
+            assert!(std::time::Instant::now() < deadline, "unshare made no namespace");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        ns
+    }
+
+    fn pid(&self) -> String {
+        self.0.id().to_string()
+    }
+}
+
+impl Drop for UnnamedNetns {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_veth_peer_in_an_unnamed_namespace_is_a_warning_that_says_so() {
+    require_root();
+    let pair = Pair::new(1500, &[], &[]);
+    let unnamed = UnnamedNetns::new();
+    ip(&[
+        "-n",
+        &pair.node,
+        "link",
+        "add",
+        "eth1",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "p1",
+        "netns",
+        &unnamed.pid(),
+    ]);
+    ip(&["-n", &pair.node, "link", "set", "eth1", "up"]);
+    let out = Pair::command(&pair.node, netdam_bin())
+        .args(["doctor", "--iface", "eth1"])
+        .output()
+        .expect("run netdam doctor");
+    // p1 is the second link of its namespace (after lo); the namespace the
+    // second the node's namespace has an id for (after the pair's peer's).
+    assert_eq!(
+        lines_of(&stdout(&out), "xdp-tx"),
+        vec![
+            "warn  xdp-tx        its peer (ifindex 2) is in a network namespace with no name under /run/netns \
+             (nsid 1): cannot check that it runs an XDP program; veth delivers XDP_TX frames (every answer) only \
+             to a peer that does"
+                .to_string(),
+            fix_line(
+                "in the peer's namespace: ip link set dev PEER xdpdrv obj PROG.o sec SECTION (any program that \
+                 passes frames, attached in native mode)"
+            ),
+        ],
+        "{}",
+        stdout(&out)
+    );
+    assert!(out.status.success(), "a warning is no failure: {}", stdout(&out));
 }
