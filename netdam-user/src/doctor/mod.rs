@@ -497,7 +497,10 @@ fn interface_checks(iface: &str, mode: AttachMode) -> Vec<Check> {
         "driver",
         format!(
             "{driver}{}{}; XDP features: {} ({source})",
-            known.map(|d| format!(" ({})", d.known_as)).unwrap_or_default(),
+            known
+                .filter(|d| d.known_as != d.name)
+                .map(|d| format!(" ({})", d.known_as))
+                .unwrap_or_default(),
             if bus.is_empty() {
                 String::new()
             } else {
