@@ -577,3 +577,37 @@ fn queue_counts_come_from_the_channels_or_the_device() {
     assert_eq!(veth, all(QUEUES));
     assert_eq!(bridge, all(5));
 }
+
+#[test]
+fn an_endpoint_binds_the_queues_in_use_and_the_map_has_room_for_the_most() {
+    let tb = testbed(1);
+    let ns = tb.hosts[0].netns.clone();
+    // progrun::spec's node address, on a multi-queue tap instead of eth0: its
+    // channels say 1 queue in use (no file attached), at most 256.
+    for args in [
+        &["tuntap", "add", "mode", "tap", "multi_queue", "name", "tq0"][..],
+        &["addr", "del", "198.18.0.1/24", "dev", "eth0"],
+        &["addr", "add", "198.18.0.1/24", "dev", "tq0"],
+        &["link", "set", "tq0", "up"],
+    ] {
+        let ok = std::process::Command::new("ip")
+            .args(["-n", &ns])
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "ip {args:?}");
+    }
+    let queues = tb.in_host(0, || rx_queues("tq0").unwrap()).unwrap();
+    assert_eq!((queues.current, queues.slots()), (1, 256));
+    let dir = PinDir::new("mq-tap");
+    let node = load(&dir, queues.slots());
+    assert_eq!(max_entries(&dir, MAP_XSKS), 256);
+    let pin_dir = dir.0.clone();
+    let opened = tb
+        .in_host(0, move || {
+            Endpoint::open(&pin_dir, EndpointConfig::default()).map(|e| e.queues())
+        })
+        .unwrap();
+    assert_eq!(opened.expect("open on the tap"), 1);
+    drop(node);
+}

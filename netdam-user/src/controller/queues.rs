@@ -5,8 +5,8 @@
 //! The count comes from ETHTOOL_GCHANNELS in the calling thread's network
 //! namespace (/sys/class/net inside an `ip netns` namespace shows the
 //! namespace sysfs was mounted in); for a driver without channel counts
-//! (a bridge, macvlan, tun, bonding), from the queues the device was made
-//! with (netlink, IFLA_NUM_RX_QUEUES). The maps get a slot for the most
+//! (a bridge), from the queues the device was made with (netlink,
+//! IFLA_NUM_RX_QUEUES). The maps get a slot for the most
 //! receive queues the driver allows, not only those in use, so that
 //! `ethtool -L` up to that maximum needs no reload.
 
