@@ -1,5 +1,6 @@
 //! `cargo xtask`: set up the machine, build, run, and test NetDAM-XDP.
 
+mod kernels;
 mod protocol;
 mod setup;
 
@@ -90,14 +91,27 @@ enum Cmd {
     },
     /// Set up, build, run every test: tier 1 the host unit tests, the HLS port and the
     /// protocol check; tier 2 (root) the XDP program through BPF_PROG_TEST_RUN; tier 3
-    /// (root) NetDAM on the namespace testbed.
+    /// (root) NetDAM on the namespace testbed; tier 4 (root) the kernel matrix in qemu
+    /// guests, when /dev/kvm is usable (docs/kernels.md).
     Test {
         /// Run only the host unit tests (tier 1), which need no root (same as `--tier 1`).
         #[arg(long, conflicts_with = "tier")]
         unprivileged: bool,
         /// Run only these tiers (repeat or comma-separate: `--tier 2`, `--tier 1,2`).
-        #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u8).range(1..=3))]
+        #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u8).range(1..=4))]
         tier: Vec<u8>,
+        /// Run only the kernel matrix: Debian's newest 6.1 and 6.12 kernels, each in
+        /// three qemu guests on one link, serve in native XDP on virtio_net, the
+        /// conformance vectors, a WRITE/READ round trip and a 3-member all-reduce
+        /// (root; under TCG, slowly, when KVM is not usable).
+        #[arg(long, conflicts_with_all = ["unprivileged", "tier"])]
+        kernels: bool,
+        /// With --kernels: print the matrix as JSON instead of the table.
+        #[arg(long, requires = "kernels")]
+        json: bool,
+        /// With --kernels: only these series (6.1, 6.12), comma-separated.
+        #[arg(long, requires = "kernels", value_delimiter = ',', value_parser = ["6.1", "6.12"])]
+        series: Vec<String>,
     },
     /// Check formatting (`cargo fmt --check`) and clippy with `-D warnings` on every crate,
     /// the eBPF crate included (CI runs this before the tests).
@@ -193,7 +207,19 @@ fn run(cli: Cli) -> Result<()> {
                 TestbedCmd::Down => cmd(Command::new(&lab).args(["testbed", "down"])),
             }
         }
-        Cmd::Test { unprivileged, tier } => test(&root, Tiers::chosen(unprivileged, &tier)),
+        Cmd::Test {
+            unprivileged,
+            tier,
+            kernels,
+            json,
+            series,
+        } => {
+            if kernels {
+                kernel_matrix(&root, kernels::When::Always, &series, json)
+            } else {
+                test(&root, Tiers::chosen(unprivileged, &tier))
+            }
+        }
         Cmd::Lint => lint(&root),
         Cmd::Protocol => protocol::check(&root),
         Cmd::Allreduce {
@@ -396,6 +422,8 @@ struct Tiers {
     host: bool,
     prog_test_run: bool,
     testbed: bool,
+    /// The kernel matrix in qemu guests (where KVM runs guests).
+    kernels: bool,
 }
 
 impl Tiers {
@@ -405,16 +433,19 @@ impl Tiers {
                 host: true,
                 prog_test_run: false,
                 testbed: false,
+                kernels: false,
             },
             (false, true) => Tiers {
                 host: true,
                 prog_test_run: true,
                 testbed: true,
+                kernels: true,
             },
             (false, false) => Tiers {
                 host: tiers.contains(&1),
                 prog_test_run: tiers.contains(&2),
                 testbed: tiers.contains(&3),
+                kernels: tiers.contains(&4),
             },
         }
     }
@@ -463,14 +494,14 @@ fn test(root: &Path, tiers: Tiers) -> Result<()> {
         setup::fpga_tools()?;
         cmd(Command::new("make").current_dir(root).args(["-C", "fpga-port", "test"]))?;
     }
-    if !tiers.prog_test_run && !tiers.testbed {
-        println!("tiers 2 and 3 not asked for: done");
+    if !tiers.prog_test_run && !tiers.testbed && !tiers.kernels {
+        println!("tiers 2 to 4 not asked for: done");
         return Ok(());
     }
     if !setup::is_root() {
         bail!(
-            "tiers 2 (the XDP program via BPF_PROG_TEST_RUN) and 3 (the namespace testbed) need root: \
-             run `sudo -E cargo xtask test`, or `cargo xtask test --tier 1` for tier 1 only"
+            "tiers 2 (the XDP program via BPF_PROG_TEST_RUN), 3 (the namespace testbed) and 4 (the kernel \
+             matrix) need root: run `sudo -E cargo xtask test`, or `cargo xtask test --tier 1` for tier 1 only"
         );
     }
     for (on, tier2, title) in [
@@ -496,6 +527,16 @@ fn test(root: &Path, tiers: Tiers) -> Result<()> {
             c.args(["--test", &name]);
         }
         cmd(&mut c)?;
+    }
+    if tiers.kernels {
+        println!("==> tier 4: the kernel matrix in qemu guests (root)");
+        // Skipped, with one line saying why, where /dev/kvm is missing or KVM runs no guest.
+        match kernels::kvm_usable() {
+            Ok(()) => kernel_matrix(root, kernels::When::IfKvm, &[], false)?,
+            Err(why) => {
+                println!("kernel matrix skipped: {why} (`cargo xtask test --kernels` runs it under TCG, slowly)")
+            }
+        }
     }
     Ok(())
 }
@@ -537,4 +578,39 @@ fn lint(root: &Path) -> Result<()> {
         "-D",
         "warnings",
     ]))
+}
+
+/// The kernel matrix (xtask/src/kernels.rs): the netdam binary and the
+/// vectors test binary, built here, run in qemu guests of each kernel.
+fn kernel_matrix(root: &Path, when: kernels::When, series: &[String], json: bool) -> Result<()> {
+    // Inside `cargo xtask test`, set up and built already.
+    if when == kernels::When::Always {
+        setup::run()?;
+        build(root)?;
+    }
+    setup::require_root("cargo xtask test --kernels")?;
+    kernels::setup()?;
+    let vectors_test = test_binary(root, "vectors")?;
+    let userland = kernels::Userland::new(root, &netdam_bin(root), &vectors_test)?;
+    kernels::run(root, &userland, when, series, json)
+}
+
+/// Builds the integration test `name` of netdam-tests and returns its executable.
+fn test_binary(root: &Path, name: &str) -> Result<PathBuf> {
+    let out = cargo()
+        .current_dir(root)
+        .args(["test", "--release", "--package", "netdam-tests", "--test", name])
+        .args(["--no-run", "--message-format=json"])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("cargo test --no-run")?;
+    if !out.status.success() {
+        bail!("building the {name} test binary failed");
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["target"]["name"] == name)
+        .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .with_context(|| format!("cargo named no executable for the {name} test"))
 }
