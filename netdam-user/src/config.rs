@@ -21,8 +21,8 @@ use thiserror::Error;
 use toml::{Table, Value};
 
 use crate::{
-    args::{parse_number, parse_size},
-    controller::{keys::RegionArg, pins, AttachMode},
+    args::{parse_number, parse_size, perm_letters},
+    controller::{keys::RegionArg, pins, AttachMode, ControllerError, NodeSpec},
 };
 
 /// Where the systemd unit (dist/netdam.service) reads the config.
@@ -89,6 +89,14 @@ pub enum ConfigError {
     },
     #[error("no interface to serve: pass --iface IF, or set `iface = \"IF\"` in the config file")]
     NoIface,
+    /// What loading would refuse (`ServeSettings::check`).
+    #[error("{source}{stand_ins}")]
+    Refused {
+        #[source]
+        source: ControllerError,
+        /// Which keys stood in for random ones, if any did.
+        stand_ins: String,
+    },
 }
 
 /// serve's settings as one source (the command line, or a file) gives
@@ -287,6 +295,102 @@ impl ServeConfig {
 }
 
 impl ServeSettings {
+    /// What loading these settings would refuse (`NodeSpec::check`), found
+    /// without loading: a region without a key stands in with a key no
+    /// other region has. The interface's own address and MTU are not checked.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        let mut stand_in = 0u32;
+        let regions: Vec<(u32, Region)> = self
+            .regions
+            .iter()
+            .map(|r| {
+                let key = r.rkey.unwrap_or_else(|| loop {
+                    stand_in += 1;
+                    if !self.regions.iter().any(|o| o.rkey == Some(stand_in)) {
+                        break stand_in;
+                    }
+                });
+                (key, r.region)
+            })
+            .collect();
+        NodeSpec {
+            port: self.port,
+            mem_size: self.mem_size,
+            mac: [0; 6],
+            ipv4: self.ip.unwrap_or(Ipv4Addr::UNSPECIFIED),
+            mtu: 0,
+            regions: regions.clone(),
+            peers: self.peers.clone(),
+            verify_csum: self.verify_csum,
+            window_sources: self.window_sources,
+            window_per_source: self.window_per_source,
+            bad_key_limit: self.bad_key_limit,
+            // The interface is not looked at; any valid count stands in.
+            queue_slots: 1,
+        }
+        .check()
+        .map_err(|source| {
+            let stood: Vec<String> = regions
+                .iter()
+                .zip(&self.regions)
+                .filter(|(_, r)| r.rkey.is_none())
+                .map(|((k, r), _)| format!("{k:#x} for the region at {:#x}", r.base))
+                .collect();
+            ConfigError::Refused {
+                source,
+                stand_ins: match stood.is_empty() {
+                    true => String::new(),
+                    false => format!(" (a region without a key is named by a stand-in: {})", stood.join(", ")),
+                },
+            }
+        })
+    }
+
+    /// The settings as the config file writes them (every key, defaults
+    /// included; a random key as "random"), for `serve --check`.
+    pub fn to_toml(&self) -> Table {
+        let mut t = Table::new();
+        let int = |n: u64| Value::Integer(i64::try_from(n).unwrap_or(i64::MAX));
+        t.insert("iface".into(), self.iface.clone().into());
+        t.insert("port".into(), int(self.port.into()));
+        t.insert("mem-size".into(), int(self.mem_size));
+        let mode = match self.mode {
+            AttachMode::Native => "native",
+            AttachMode::Skb => "skb",
+            AttachMode::Auto => "auto",
+        };
+        t.insert("mode".into(), mode.into());
+        if let Some(ip) = self.ip {
+            t.insert("ip".into(), ip.to_string().into());
+        }
+        let peers: Vec<Value> = self.peers.iter().map(|p| p.to_string().into()).collect();
+        t.insert("peers".into(), peers.into());
+        t.insert("verify-csum".into(), self.verify_csum.into());
+        t.insert("bad-key-limit".into(), int(self.bad_key_limit.into()));
+        t.insert("window-sources".into(), int(self.window_sources.into()));
+        t.insert("window-per-source".into(), int(self.window_per_source.into()));
+        t.insert("window-idle".into(), int(self.window_idle));
+        t.insert("pin-dir".into(), self.pin_dir.display().to_string().into());
+        if let Some(m) = self.metrics {
+            t.insert("metrics".into(), m.to_string().into());
+        }
+        let regions: Vec<Value> = self
+            .regions
+            .iter()
+            .map(|r| {
+                let mut rt = Table::new();
+                let key = r.rkey.map_or("random".to_string(), |k| format!("{k:#x}"));
+                rt.insert("key".into(), key.into());
+                rt.insert("base".into(), int(r.region.base));
+                rt.insert("size".into(), int(r.region.size));
+                rt.insert("perms".into(), perm_letters(r.region.perms).into());
+                Value::Table(rt)
+            })
+            .collect();
+        t.insert("region".into(), regions.into());
+        t
+    }
+
     /// The settings that differ in `new` and that a running serve cannot
     /// take (the interface, the memory's size, the window table's size,
     /// what the data path answers on, where the maps and metrics live), as
@@ -653,6 +757,52 @@ mod tests {
             missing,
             "reading the config file /nonexistent/netdam.toml: No such file or directory (os error 2)"
         );
+    }
+
+    #[test]
+    fn check_finds_what_loading_would_refuse_and_to_toml_reads_back() {
+        let s = parse(
+            "iface = \"eth0\"\nmem-size = \"1MiB\"\npeers = [\"10.0.0.2\"]\n\
+             [[region]]\nkey = 7\nbase = 0\nsize = 4096\nperms = \"rw\"\n\
+             [[region]]\nbase = 4096\nsize = 4096\nperms = \"r\"",
+        )
+        .unwrap()
+        .resolve()
+        .unwrap();
+        s.check().unwrap();
+        // What is printed parses back to the same settings.
+        let text = toml::to_string(&s.to_toml()).unwrap();
+        let again = ServeConfig::parse(&text, Path::new("printed"))
+            .unwrap()
+            .resolve()
+            .unwrap();
+        assert_eq!(again, s, "{text}");
+        assert!(text.contains("key = \"random\""), "{text}");
+        let mut outside = s.clone();
+        outside.regions[1].region.base = 1 << 20;
+        assert_eq!(
+            outside.check().unwrap_err().to_string(),
+            "region 0x1 [0x100000, +0x1000) does not lie inside the 1048576-byte NetDAM memory (a region \
+             without a key is named by a stand-in: 0x1 for the region at 0x100000)"
+        );
+        let mut overlapping = s.clone();
+        overlapping.regions[1].region.base = 100;
+        assert!(matches!(
+            overlapping.check(),
+            Err(ConfigError::Refused {
+                source: ControllerError::RegionsOverlap { a: 7, b: 1, .. },
+                ..
+            })
+        ));
+        let per_source = ServeSettings {
+            window_per_source: 2000,
+            ..s
+        };
+        assert!(per_source
+            .check()
+            .unwrap_err()
+            .to_string()
+            .starts_with("--window-per-source 2000: give 1 to"));
     }
 
     #[test]

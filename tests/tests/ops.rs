@@ -477,6 +477,45 @@ fn a_bad_config_file_stops_serve_with_the_key_and_the_file() {
     );
 }
 
+/// `serve --check` prints the settings (flags over the file, defaults filled
+/// in) and exits without loading; what loading would refuse is an error.
+#[test]
+fn serve_check_prints_the_settings_or_what_is_wrong() {
+    let scratch = Scratch::new("check");
+    let config = scratch.file(
+        "netdam.toml",
+        "iface = \"nonexistent0\"\nmem-size = \"1MiB\"\n[[region]]\nkey = 7\nbase = 0\nsize = 4096\nperms = \"rw\"\n",
+    );
+    let check = |extra: &[&str]| {
+        std::process::Command::new(netdam_bin())
+            .args(["serve", "--config", config.to_str().unwrap(), "--check"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let o = check(&[]);
+    let text = ok(&o);
+    assert!(
+        text.contains("iface = \"nonexistent0\"\n") && text.contains("window-sources = 1024\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("[[region]]\nbase = 0\nkey = \"0x7\"\nperms = \"rw\"\nsize = 4096\n"),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&ok(&check(&["--json", "--port", "5000"]))).unwrap();
+    assert_eq!(
+        (json["port"].as_i64(), json["mem-size"].as_i64()),
+        (Some(5000), Some(1 << 20))
+    );
+    let o = check(&["--mem-size", "64KiB", "--region", "7:64KiB:1:r"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr).trim_end(),
+        "error: region 0x7 [0x10000, +0x1) does not lie inside the 65536-byte NetDAM memory"
+    );
+}
+
 /// dist/netdam.service with ExecStart pointing at `netdam`, in `dir`.
 fn unit_for(dir: &Path, netdam: &Path) -> PathBuf {
     let unit = include_str!("../../dist/netdam.service").replace("/usr/local/bin/netdam", netdam.to_str().unwrap());

@@ -282,7 +282,9 @@ impl NodeSpec {
         }
     }
 
-    fn check(&self) -> Result<(), ControllerError> {
+    /// What `Node::load` and `Node::configure` refuse: the memory's size, the
+    /// window table's bounds, regions outside the memory, overlapping or keyed twice.
+    pub fn check(&self) -> Result<(), ControllerError> {
         let m = self.mem_size;
         if self.window_sources == 0 || self.window_sources > MAX_WINDOW_SOURCES {
             return Err(ControllerError::WindowSources {

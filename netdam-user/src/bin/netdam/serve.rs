@@ -94,6 +94,14 @@ pub(crate) struct ServeArgs {
     /// firewall the port (docs/deploy.md).
     #[arg(long, value_name = "ADDR")]
     pub(crate) metrics: Option<std::net::SocketAddr>,
+    /// Check the settings (the flags over the --config file) as loading would, without loading
+    /// or touching the interface, print them as a config file with every default filled in,
+    /// and exit: 0 if they would serve, 1 with what is wrong. Run it before `systemctl reload netdam`.
+    #[arg(long)]
+    pub(crate) check: bool,
+    /// With --check: print the settings as JSON.
+    #[arg(long, requires = "check")]
+    pub(crate) json: bool,
     /// Serve even though doctor's check NAME fails (logged as a warning instead): for a check that
     /// misjudges an unusual setup. Repeatable. `netdam doctor --iface IF` shows the checks.
     #[arg(long = "skip-check", value_name = "NAME", value_parser = clap::builder::PossibleValuesParser::new(netdam_user::doctor::CHECKS))]
@@ -135,6 +143,15 @@ impl ServeArgs {
 
 pub(crate) async fn serve(args: ServeArgs) -> Result<()> {
     let mut a = args.settings()?;
+    if args.check {
+        a.check()?;
+        let settings = a.to_toml();
+        match args.json {
+            true => println!("{}", serde_json::to_string_pretty(&settings)?),
+            false => print!("{}", toml::to_string(&settings)?),
+        }
+        return Ok(());
+    }
     let iface = Interface::lookup(&a.iface).with_context(|| format!("interface {}", a.iface))?;
     let ipv4 = match a.ip.or(iface.ipv4) {
         Some(ip) => ip,
