@@ -93,7 +93,7 @@ pub enum ConfigError {
     #[error("{source}{stand_ins}")]
     Refused {
         #[source]
-        source: ControllerError,
+        source: Box<ControllerError>,
         /// Which keys stood in for random ones, if any did.
         stand_ins: String,
     },
@@ -337,7 +337,7 @@ impl ServeSettings {
                 .map(|((k, r), _)| format!("{k:#x} for the region at {:#x}", r.base))
                 .collect();
             ConfigError::Refused {
-                source,
+                source: Box::new(source),
                 stand_ins: match stood.is_empty() {
                     true => String::new(),
                     false => format!(" (a region without a key is named by a stand-in: {})", stood.join(", ")),
@@ -789,10 +789,7 @@ mod tests {
         overlapping.regions[1].region.base = 100;
         assert!(matches!(
             overlapping.check(),
-            Err(ConfigError::Refused {
-                source: ControllerError::RegionsOverlap { a: 7, b: 1, .. },
-                ..
-            })
+            Err(ConfigError::Refused { source, .. }) if matches!(*source, ControllerError::RegionsOverlap { a: 7, b: 1, .. })
         ));
         let per_source = ServeSettings {
             window_per_source: 2000,
