@@ -477,6 +477,39 @@ fn a_bad_config_file_stops_serve_with_the_key_and_the_file() {
     );
 }
 
+/// What systemd hears from a Type=notify serve (through $NOTIFY_SOCKET, a
+/// datagram socket the test plays systemd on): READY=1 once it serves,
+/// RELOADING=1 then READY=1 around a reload, STOPPING=1 when it detaches.
+#[test]
+fn systemd_hears_ready_reloading_and_stopping() {
+    let tb = testbed(1);
+    let scratch = Scratch::new("notify");
+    let socket_path = scratch.0.join("notify");
+    let systemd = std::os::unix::net::UnixDatagram::bind(&socket_path).unwrap();
+    systemd.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let hear = || {
+        let mut buf = [0u8; 512];
+        let n = systemd.recv(&mut buf).expect("a notification");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    let config = scratch.file("netdam.toml", &config_text(&[], &[("0x1234", "0", "64KiB")], ""));
+    let args = ["--config".to_string(), config.display().to_string()];
+    let served = tb
+        .serve_with_env(
+            0,
+            &netdam_bin(),
+            &args,
+            &[("RUST_LOG", "info"), ("NOTIFY_SOCKET", socket_path.to_str().unwrap())],
+        )
+        .expect("netdam serve");
+    assert_eq!(hear(), "READY=1\nSTATUS=serving NetDAM on eth0 (native XDP)");
+    served.signal(Signal::SIGHUP);
+    assert_eq!(hear(), "RELOADING=1");
+    assert_eq!(hear(), "READY=1\nSTATUS=serving NetDAM on eth0");
+    assert!(served.stop());
+    assert_eq!(hear(), "STOPPING=1");
+}
+
 /// `serve --check` prints the settings (flags over the file, defaults filled
 /// in) and exits without loading; what loading would refuse is an error.
 #[test]
