@@ -477,6 +477,17 @@ fn the_per_queue_maps_follow_the_queue_count_and_memory_is_kept() {
     assert_eq!(max_entries(&dir, MAP_XSKS), 2);
     assert_eq!(max_entries(&dir, MAP_QUEUE_FRAMES), 2);
     drop(node);
+    // A load refused for another map (the memory's size) leaves them be.
+    let other_memory = netdam_user::NodeSpec {
+        mem_size: 2 << 20,
+        queue_slots: 8,
+        ..netdam_tests::progrun::spec()
+    };
+    let e = Node::load(&other_memory, Some(&dir.0))
+        .err()
+        .expect("another --mem-size is refused");
+    assert!(e.to_string().contains("NETDAM_MEM has"), "{e}");
+    assert_eq!(max_entries(&dir, MAP_XSKS), 2);
     // Out of range: refused before anything is loaded.
     let spec = netdam_user::NodeSpec {
         queue_slots: 0,

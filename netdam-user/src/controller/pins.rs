@@ -36,14 +36,16 @@ pub fn prepare_dir(dir: &Path) -> Result<(), ControllerError> {
 /// Checks every map already pinned in `dir` against the object's
 /// definition (with `max_entries` overrides). Returns whether any was found.
 /// A per-queue map (`queues::PER_QUEUE_MAPS`) that differs only in its
-/// slots (the interface has another queue count) is unpinned, so that the
-/// load pins one of the right size: nothing in it must outlive a reload.
+/// slots (the interface has another queue count) is unpinned once all the
+/// others match, so that the load pins one of the right size: nothing in it
+/// must outlive a reload.
 pub fn check_compatible(dir: &Path, object: &[u8], overrides: &HashMap<&str, u32>) -> Result<bool, ControllerError> {
     let obj = aya_obj::Object::parse(object).map_err(|e| ControllerError::Load {
         hint: "the embedded XDP object does not parse".into(),
         detail: e.to_string(),
     })?;
     let mut found = false;
+    let mut resized = Vec::new();
     for name in PINNED_MAPS {
         let path = dir.join(name);
         if !path.exists() {
@@ -71,14 +73,7 @@ pub fn check_compatible(dir: &Path, object: &[u8], overrides: &HashMap<&str, u32
         );
         let same_but_slots = (have.0, have.1, have.2, have.4) == (want.0, want.1, want.2, want.4);
         if have != want && same_but_slots && PER_QUEUE_MAPS.contains(&name) {
-            std::fs::remove_file(&path).map_err(|e| ControllerError::Io(format!("remove {}", path.display()), e))?;
-            log::warn!(
-                "{} had {} receive queue slot(s), the interface now has {}: replaced by a new map \
-                 (AF_XDP endpoints opened before must be opened again; per-queue counts start at 0)",
-                path.display(),
-                have.3,
-                want.3
-            );
+            resized.push((path, have.3, want.3));
             continue;
         }
         if have != want {
@@ -95,6 +90,14 @@ pub fn check_compatible(dir: &Path, object: &[u8], overrides: &HashMap<&str, u32
                 wanted: show(want),
             });
         }
+    }
+    for (path, had, now) in resized {
+        std::fs::remove_file(&path).map_err(|e| ControllerError::Io(format!("remove {}", path.display()), e))?;
+        log::warn!(
+            "{} had {had} receive queue slot(s), the interface now has {now}: replaced by a new map \
+             (AF_XDP endpoints opened before must be opened again; per-queue counts start at 0)",
+            path.display()
+        );
     }
     Ok(found)
 }
