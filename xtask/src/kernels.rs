@@ -563,6 +563,33 @@ impl Userland {
     }
 }
 
+/// With `--json`, stdout carries the JSON alone: until `restore`, what is
+/// printed to it (progress, the children's output) goes to stderr.
+pub struct StdoutToStderr(libc::c_int);
+
+impl StdoutToStderr {
+    pub fn new() -> Result<StdoutToStderr> {
+        std::io::stdout().flush()?;
+        // SAFETY: plain descriptor calls on the process's own stdout and stderr.
+        let saved = unsafe { libc::dup(1) };
+        if saved < 0 || unsafe { libc::dup2(2, 1) } < 0 {
+            bail!("cannot point stdout at stderr: {}", std::io::Error::last_os_error());
+        }
+        Ok(StdoutToStderr(saved))
+    }
+
+    fn restore(self) -> Result<()> {
+        std::io::stdout().flush()?;
+        // SAFETY: `self.0` is the descriptor `new` saved.
+        if unsafe { libc::dup2(self.0, 1) } < 0 {
+            bail!("cannot restore stdout: {}", std::io::Error::last_os_error());
+        }
+        // SAFETY: as above; it is not used again.
+        unsafe { libc::close(self.0) };
+        Ok(())
+    }
+}
+
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
@@ -930,7 +957,13 @@ pub enum When {
 
 /// Runs the matrix: every series (or those named), one after the other;
 /// fails if any step failed.
-pub fn run(root: &Path, userland: &Userland, when: When, only: &[String], as_json: bool) -> Result<()> {
+pub fn run(
+    root: &Path,
+    userland: &Userland,
+    when: When,
+    only: &[String],
+    json_out: Option<StdoutToStderr>,
+) -> Result<()> {
     // SAFETY: the handler only stores to an atomic.
     unsafe {
         libc::signal(
@@ -970,7 +1003,8 @@ pub fn run(root: &Path, userland: &Userland, when: When, only: &[String], as_jso
         );
         rows.push(run_kernel(kernel, userland, &work, accel)?);
     }
-    if as_json {
+    if let Some(quiet) = json_out {
+        quiet.restore()?;
         let mut out = std::io::stdout();
         serde_json::to_writer_pretty(&mut out, &json(&rows))?;
         writeln!(out)?;

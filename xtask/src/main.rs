@@ -583,6 +583,7 @@ fn lint(root: &Path) -> Result<()> {
 /// The kernel matrix (xtask/src/kernels.rs): the netdam binary and the
 /// vectors test binary, built here, run in qemu guests of each kernel.
 fn kernel_matrix(root: &Path, when: kernels::When, series: &[String], json: bool) -> Result<()> {
+    let json_out = json.then(kernels::StdoutToStderr::new).transpose()?;
     // Inside `cargo xtask test`, set up and built already.
     if when == kernels::When::Always {
         setup::run()?;
@@ -592,7 +593,7 @@ fn kernel_matrix(root: &Path, when: kernels::When, series: &[String], json: bool
     kernels::setup()?;
     let vectors_test = test_binary(root, "vectors")?;
     let userland = kernels::Userland::new(root, &netdam_bin(root), &vectors_test)?;
-    kernels::run(root, &userland, when, series, json)
+    kernels::run(root, &userland, when, series, json_out)
 }
 
 /// Builds the integration test `name` of netdam-tests and returns its executable.
