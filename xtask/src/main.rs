@@ -215,7 +215,7 @@ fn run(cli: Cli) -> Result<()> {
             series,
         } => {
             if kernels {
-                kernel_matrix(&root, kernels::When::Always, &series, json)
+                kernel_matrix(&root, true, &series, json)
             } else {
                 test(&root, Tiers::chosen(unprivileged, &tier))
             }
@@ -530,9 +530,10 @@ fn test(root: &Path, tiers: Tiers) -> Result<()> {
     }
     if tiers.kernels {
         println!("==> tier 4: the kernel matrix in qemu guests (root)");
-        // Skipped, with one line saying why, where /dev/kvm is missing or KVM runs no guest.
+        // Where /dev/kvm is present it runs, under TCG if nested KVM runs no
+        // guest; where it is missing, one line says the matrix is skipped.
         match kernels::kvm_usable() {
-            Ok(()) => kernel_matrix(root, kernels::When::IfKvm, &[], false)?,
+            Ok(()) => kernel_matrix(root, false, &[], false)?,
             Err(why) => {
                 println!("kernel matrix skipped: {why} (`cargo xtask test --kernels` runs it under TCG, slowly)")
             }
@@ -582,10 +583,11 @@ fn lint(root: &Path) -> Result<()> {
 
 /// The kernel matrix (xtask/src/kernels.rs): the netdam binary and the
 /// vectors test binary, built here, run in qemu guests of each kernel.
-fn kernel_matrix(root: &Path, when: kernels::When, series: &[String], json: bool) -> Result<()> {
+/// `standalone` (`--kernels`): set up and build first, as `cargo xtask test` has already.
+fn kernel_matrix(root: &Path, standalone: bool, series: &[String], json: bool) -> Result<()> {
     let json_out = json.then(kernels::StdoutToStderr::new).transpose()?;
     // Inside `cargo xtask test`, set up and built already.
-    if when == kernels::When::Always {
+    if standalone {
         setup::run()?;
         build(root)?;
     }
@@ -593,7 +595,7 @@ fn kernel_matrix(root: &Path, when: kernels::When, series: &[String], json: bool
     kernels::setup()?;
     let vectors_test = test_binary(root, "vectors")?;
     let userland = kernels::Userland::new(root, &netdam_bin(root), &vectors_test)?;
-    kernels::run(root, &userland, when, series, json_out)
+    kernels::run(root, &userland, series, json_out)
 }
 
 /// Builds the integration test `name` of netdam-tests and returns its executable.
