@@ -1046,6 +1046,42 @@ mod tests {
         assert_eq!(serve.2, ["the verifier rejected it", "processed 10 insns"]);
     }
 
+    fn guest(steps: &[&str]) -> GuestReport {
+        let log: String = steps.iter().map(|s| format!("NDVM {s} ok fine\n")).collect::<String>() + "NDVM end\n";
+        parse(&log)
+    }
+
+    fn row(guests: Vec<GuestReport>) -> Row {
+        Row {
+            series: "6.1",
+            package: "p".into(),
+            version: "v".into(),
+            accel: Accel::Tcg,
+            seconds: 1,
+            error: None,
+            guests,
+        }
+    }
+
+    #[test]
+    fn a_kernel_passes_only_with_every_step_on_every_guest() {
+        let all = ["kernel", "serve", "peers", "write-read", "allreduce"];
+        let with_vectors = [&all[..], &["vectors"]].concat();
+        let passing = || vec![guest(&with_vectors), guest(&all), guest(&all)];
+        // The vectors run on guest 0 only.
+        assert!(row(passing()).ok());
+        let mut r = row(passing());
+        r.guests[2] = guest(&all[..4]);
+        assert!(!r.step("allreduce") && r.step("serve") && !r.ok());
+        let mut r = row(passing());
+        r.guests[0] = guest(&all);
+        assert!(!r.step("vectors") && !r.ok());
+        let mut r = row(passing());
+        r.error = Some("timeout".into());
+        assert!(!r.ok());
+        assert!(!row(vec![]).ok());
+    }
+
     #[test]
     fn cpio_entries_are_newc_and_aligned() {
         let mut c = Cpio::new();
