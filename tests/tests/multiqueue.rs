@@ -532,12 +532,12 @@ fn testbed_up_makes_multi_queue_links_and_refuses_a_bad_count() {
     require_root();
     let prefix = unique_prefix();
     let netdam = |args: &[&str]| {
-        std::process::Command::new(netdam_bin())
+        std::process::Command::new(netdam_tests::netdam_lab_bin())
             .args(["testbed"])
             .args(args)
             .args(["--prefix", &prefix])
             .output()
-            .expect("run netdam testbed")
+            .expect("run netdam-lab testbed")
     };
     /// Takes the testbed down on drop, also when an assertion fails.
     struct Down(String);
