@@ -55,6 +55,40 @@ pub fn netdam_lab_bin() -> std::path::PathBuf {
     p
 }
 
+/// Runs `ip ARGS` (iproute2), failing with what it said.
+pub fn ip(args: &[&str]) {
+    let out = std::process::Command::new("ip")
+        .args(args)
+        .output()
+        .expect("run ip (iproute2)");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs `netdam ARGS` in testbed host `i`.
+pub fn netdam(tb: &netdam_lab::testbed::Testbed, i: usize, args: &[&str]) -> std::process::Output {
+    tb.command(i, netdam_bin())
+        .expect("a command in the host's namespace")
+        .args(args)
+        .output()
+        .expect("run netdam")
+}
+
+/// The stdout of a command that must have succeeded; its output otherwise.
+pub fn ok(o: &std::process::Output) -> String {
+    assert!(
+        o.status.success(),
+        "netdam failed: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
 /// A seeded xorshift generator: tests and fuzzing reproduce from the seed.
 pub struct Rng(pub u64);
 

@@ -7,7 +7,10 @@ use std::{fs::File, marker::PhantomData, net::Ipv4Addr, process::Command};
 
 use netdam_user::Node;
 
-use crate::progrun::{run_with_ctx, Outcome};
+use crate::{
+    ip,
+    progrun::{run_with_ctx, Outcome},
+};
 
 /// Removed on drop (also on panic).
 pub struct RunNetns {
@@ -15,16 +18,6 @@ pub struct RunNetns {
     file: File,
     /// The node's interface inside the namespace.
     pub ifindex: u32,
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("run ip (iproute2)");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 fn mac_text(m: &[u8; 6]) -> String {

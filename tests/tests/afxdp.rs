@@ -16,7 +16,7 @@ use netdam_common::{
     Status,
 };
 use netdam_lab::testbed::{Served, Testbed};
-use netdam_tests::{netdam_bin, pinged, require_root, unique_prefix};
+use netdam_tests::{netdam, netdam_bin, pinged, require_root, unique_prefix};
 use netdam_user::{
     afxdp::{Delivery, Endpoint, EndpointConfig, XskStats},
     Client, ClientConfig, ClientError,
@@ -604,15 +604,6 @@ fn an_msg_larger_than_a_umem_frame_is_dropped_and_counted_not_truncated() {
     assert_eq!(sizes, [3780], "only the MSG that fits a UMEM frame is delivered, whole");
     let stats = netdam_user::stats::Stats::read_pinned(&tb.hosts[1].pin_dir).unwrap();
     assert_eq!(stats.event(netdam_common::counters::Event::DropTooLargeForUmem), 2);
-}
-
-/// `netdam ARGS` in host `i`.
-fn netdam(tb: &Testbed, i: usize, args: &[&str]) -> std::process::Output {
-    tb.command(i, netdam_bin())
-        .unwrap()
-        .args(args)
-        .output()
-        .expect("run netdam")
 }
 
 #[test]

@@ -17,21 +17,11 @@ use aya::{
     programs::{Xdp, XdpMode},
     Ebpf,
 };
-use netdam_tests::{netdam_bin, require_root, unique_prefix};
+use netdam_tests::{ip, netdam_bin, require_root, unique_prefix};
 use nix::sched::{setns, CloneFlags};
 
 const NODE_IP: &str = "198.19.0.1";
 const PEER_IP: &str = "198.19.0.2";
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("run ip (iproute2)");
-    assert!(
-        out.status.success(),
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// A veth pair across two namespaces: `eth0` in `node`, `p0` in `peer`.
 /// Removed on drop (also on panic).

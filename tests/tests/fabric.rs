@@ -10,7 +10,7 @@ use std::{
 };
 
 use netdam_lab::testbed::{Fabric, Testbed};
-use netdam_tests::{netdam_bin, require_root, unique_prefix};
+use netdam_tests::{ip, netdam_bin, require_root, unique_prefix};
 
 /// Seeded bytes (xorshift), so that corruption anywhere shows.
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
@@ -73,15 +73,6 @@ fn udp_exchange(tb: &Testbed, from: usize, to: usize, dst: SocketAddr, sizes: &[
         got.push(buf[..n].to_vec());
     }
     got
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("run ip");
-    assert!(
-        out.status.success(),
-        "ip {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 #[test]

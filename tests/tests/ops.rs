@@ -9,12 +9,11 @@ use std::{
     io::{Read as _, Write as _},
     net::TcpStream,
     path::{Path, PathBuf},
-    process::Output,
     time::{Duration, Instant},
 };
 
 use netdam_lab::testbed::{Served, Testbed};
-use netdam_tests::{netdam_bin, require_root, unique_prefix};
+use netdam_tests::{netdam, netdam_bin, ok, require_root, unique_prefix};
 use nix::sys::signal::Signal;
 
 const METRICS: &str = "127.0.0.1:9464";
@@ -52,20 +51,6 @@ fn serve_config(tb: &Testbed, i: usize, netdam: &Path, config: &Path) -> Served 
     let args = vec!["--config".to_string(), config.display().to_string()];
     tb.serve_with_env(i, netdam, &args, &[("RUST_LOG", "info")])
         .expect("netdam serve --config")
-}
-
-/// Runs `netdam ARGS` in host `i`.
-fn netdam(tb: &Testbed, i: usize, args: &[&str]) -> Output {
-    tb.command(i, netdam_bin())
-        .unwrap()
-        .args(args)
-        .output()
-        .expect("run netdam")
-}
-
-fn ok(o: &Output) -> String {
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 /// An HTTP GET of `path` from inside host `i`'s namespace: the status line and the body.

@@ -1,10 +1,10 @@
 //! Tier 3: NetDAM nodes serving on the namespace testbed, driven with the
 //! `netdam` command from other test hosts.
 
-use std::{net::UdpSocket, process::Output, time::Duration};
+use std::{net::UdpSocket, time::Duration};
 
 use netdam_lab::testbed::{Served, Testbed};
-use netdam_tests::{netdam_bin, require_root, unique_prefix};
+use netdam_tests::{netdam, netdam_bin, ok, require_root, unique_prefix};
 
 const REGION: &str = "0x1234:0:64MiB:rwam";
 
@@ -18,25 +18,6 @@ fn serve(tb: &Testbed, i: usize, mem: &str) -> Served {
         .map(String::from)
         .to_vec();
     tb.serve(i, &netdam_bin(), &args).expect("netdam serve")
-}
-
-/// Runs `netdam ARGS` in host `i`.
-fn netdam(tb: &Testbed, i: usize, args: &[&str]) -> Output {
-    tb.command(i, netdam_bin())
-        .unwrap()
-        .args(args)
-        .output()
-        .expect("run netdam")
-}
-
-fn ok(o: &Output) -> String {
-    assert!(
-        o.status.success(),
-        "netdam failed: {}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
 /// `netdam write` of `file` at `addr` of region 0x1234, from host `from`.
