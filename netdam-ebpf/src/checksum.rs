@@ -6,10 +6,10 @@ use aya_ebpf::{
     helpers::generated::{bpf_csum_diff, bpf_xdp_load_bytes},
     programs::XdpContext,
 };
-use netdam_common::{config::MAX_PAYLOAD, counters::Event, wire::IPPROTO_UDP};
+use netdam_common::{config::MAX_PAYLOAD, counters::Event, verifier::bounded_len, wire::IPPROTO_UDP};
 use network_types::{eth::EthHdr, ip::Ipv4Hdr};
 
-use crate::{maps::SCRATCH, memory::bounded_len, Verdict};
+use crate::{maps::SCRATCH, Verdict};
 
 /// bpf_csum_diff sums at most 512 bytes per call.
 const STEP: u32 = 512;

@@ -9,12 +9,15 @@ use aya_ebpf::{
     helpers::generated::{bpf_xdp_adjust_tail, bpf_xdp_get_buff_len, bpf_xdp_store_bytes},
     programs::XdpContext,
 };
-use netdam_common::inject::{at, INJECT_HEADERS, INJECT_QUEUE};
+use netdam_common::{
+    inject::{at, INJECT_HEADERS, INJECT_QUEUE},
+    verifier::bounded_len,
+};
 
 use crate::{
     atomic::fetch_add64,
     maps::{peer_mac, CONFIG, INJECT},
-    memory::{bounded_len, mem_to_frame},
+    memory::mem_to_frame,
 };
 
 /// The verdict for one repeat: XDP_TX with the next request, or XDP_DROP

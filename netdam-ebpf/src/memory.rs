@@ -14,7 +14,7 @@ use aya_ebpf::{
     programs::XdpContext,
 };
 use netdam_common::config::{MAX_PAYLOAD, MEM_CHUNK};
-pub use netdam_common::verifier::bounded_len;
+use netdam_common::verifier::bounded_len;
 
 use crate::maps::{NETDAM_MEM, SCRATCH, SCRATCH_LEN};
 

@@ -116,7 +116,7 @@ fn grow_at_head(ctx: &XdpContext, delta: u32, keep_len: u32) -> Grown {
     if unsafe { bpf_xdp_adjust_head(ctx.ctx, -(delta as i32)) } != 0 {
         return Grown::Untouched;
     }
-    let n = memory::bounded_len(keep_len, SCRATCH_LEN as u32);
+    let n = netdam_common::verifier::bounded_len(keep_len, SCRATCH_LEN as u32);
     // SAFETY: the per-CPU scratch buffer of SCRATCH_LEN bytes and n <= SCRATCH_LEN.
     let moved = unsafe {
         bpf_xdp_load_bytes(ctx.ctx, delta, buf.cast(), n) == 0 && bpf_xdp_store_bytes(ctx.ctx, 0, buf.cast(), n) == 0
