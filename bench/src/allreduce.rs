@@ -23,7 +23,6 @@ use std::{
     collections::BTreeMap,
     net::Ipv4Addr,
     path::{Path, PathBuf},
-    process::Command,
     time::Duration,
 };
 
@@ -31,6 +30,7 @@ use anyhow::{bail, ensure, Context as _, Result};
 use netdam_common::wire::{Alu, Dtype, DEFAULT_PORT};
 use netdam_lab::{
     cpu::machine_busy_ns,
+    mpi::{self, Mpirun},
     plot,
     testbed::{Fabric, MemberThread, Served, Testbed},
 };
@@ -187,8 +187,8 @@ pub fn run(a: Args) -> Result<()> {
     })?;
     place_inputs(&netdam, a.max_bytes)?;
     place_inputs(&udp, a.max_bytes)?;
-    let agent = mpi.agent(&tb)?;
-    let plain_agent = mpi.agent(&plain)?;
+    let mpirun = Mpirun::new(&tb)?;
+    let plain_mpirun = Mpirun::new(&plain)?;
     let mut samples: BTreeMap<(System, u64), Vec<Sample>> = BTreeMap::new();
     let mut wrong = BTreeMap::<u64, u64>::new();
     let (min, max) = (sizes[0], sizes[sizes.len() - 1]);
@@ -210,12 +210,12 @@ pub fn run(a: Args) -> Result<()> {
             samples.entry((System::UdpRing, s)).or_default().push(sample);
             *wrong.entry(s).or_default() += w;
         }
-        for (sys, bed, agent, what) in [
-            (System::Mpi, &tb, &agent, "same fabric"),
-            (System::MpiPlain, &plain, &plain_agent, "plain fabric"),
+        for (sys, bed, launcher, what) in [
+            (System::Mpi, &tb, &mpirun, "same fabric"),
+            (System::MpiPlain, &plain, &plain_mpirun, "plain fabric"),
         ] {
             eprintln!("repetition {rep}/{}: OpenMPI, {what}", a.reps);
-            for (s, sample, w) in mpi.run(bed, agent, &group, min, max)? {
+            for (s, sample, w) in mpi.run(bed, launcher, &group, min, max)? {
                 samples.entry((sys, s)).or_default().push(sample);
                 *wrong.entry(s).or_default() += w;
             }
@@ -389,86 +389,26 @@ struct MpiProgram {
 impl MpiProgram {
     fn build() -> Result<MpiProgram> {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let src = root.join("mpi/allreduce.c");
         let exe = root.join("../target/mpi-allreduce");
-        let out = Command::new("mpicc")
-            .args(["-O2", "-Wall", "-Wextra", "-Werror", "-o"])
-            .arg(&exe)
-            .arg(&src)
-            .output()
-            .context(
-                "running mpicc: install OpenMPI (apt-get install openmpi-bin libopenmpi-dev; `cargo xtask bench` does)",
-            )?;
-        if !out.status.success() {
-            bail!("mpicc {}: {}", src.display(), String::from_utf8_lossy(&out.stderr));
-        }
+        mpi::mpicc(&[&root.join("mpi/allreduce.c")], &[], &exe)?;
         Ok(MpiProgram { exe })
-    }
-
-    /// An rsh agent for mpirun: `agent HOST CMD...` runs CMD in HOST's namespace.
-    fn agent(&self, tb: &Testbed) -> Result<tempfile_path::TempPath> {
-        let cases: String = tb
-            .hosts
-            .iter()
-            .map(|h| format!("  {}) ns={} ;;\n", h.ip, h.netns))
-            .collect();
-        let script = format!(
-            "#!/bin/sh\n# mpirun's rsh agent for the testbed: enter the host's namespace, run the command.\nhost=$1; shift\ncase $host in\n{cases}  *) echo \"unknown host $host\" >&2; exit 1 ;;\nesac\nexec nsenter --net=/var/run/netns/$ns sh -c \"$*\"\n"
-        );
-        tempfile_path::TempPath::write(
-            &format!("netdam-mpi-agent-{}-{}", tb.prefix, std::process::id()),
-            &script,
-        )
     }
 
     /// Runs the sweep once with rank i in host i; (bytes, sample, wrong) per size.
     fn run(
         &self,
         tb: &Testbed,
-        agent: &Path,
+        mpirun: &Mpirun,
         group: &[Ipv4Addr],
         min: u64,
         max: u64,
     ) -> Result<Vec<(u64, Sample, u64)>> {
-        let hosts: Vec<String> = group.iter().map(Ipv4Addr::to_string).collect();
-        let mut cmd = tb.command(0, "mpirun")?;
-        cmd.args([
-            "--allow-run-as-root",
-            "-np",
-            &group.len().to_string(),
-            "-H",
-            &hosts.join(","),
-        ])
-        .arg("--mca")
-        .arg("plm_rsh_agent")
-        .arg(agent)
-        .args([
-            "--mca",
-            "plm_rsh_no_tree_spawn",
-            "1",
-            "--mca",
-            "pml",
-            "ob1",
-            "--mca",
-            "btl",
-            "tcp,self",
-        ])
-        .args([
-            "--mca",
-            "btl_tcp_if_include",
-            "198.18.0.0/24",
-            "--mca",
-            "oob_tcp_if_include",
-            "198.18.0.0/24",
-        ])
-        // More ranks than cores here: busy-polling ranks would starve each other.
-        .args(["--mca", "mpi_yield_when_idle", "1", "--bind-to", "none"])
-        .arg(&self.exe)
-        .args([min.to_string(), max.to_string()]);
-        let out = match output_within(&mut cmd, MPIRUN_LIMIT) {
+        let mut cmd = mpirun.command(tb, group)?;
+        cmd.arg(&self.exe).args([min.to_string(), max.to_string()]);
+        let out = match mpi::output_within(&mut cmd, MPIRUN_LIMIT) {
             Err(e) => {
                 eprintln!("mpirun: {e:#}; once more");
-                output_within(&mut cmd, MPIRUN_LIMIT)
+                mpi::output_within(&mut cmd, MPIRUN_LIMIT)
             }
             out => out,
         }
@@ -500,54 +440,6 @@ impl MpiProgram {
 /// its launch has hung now and then, a daemon never calling back, and a
 /// benchmark must end by itself.
 const MPIRUN_LIMIT: Duration = Duration::from_secs(300);
-
-/// `cmd`'s output, or an error once it has run longer than `limit` (then it
-/// is killed).
-fn output_within(cmd: &mut Command, limit: Duration) -> Result<std::process::Output> {
-    use std::process::Stdio;
-    // Its output is a line per size: it fits the pipes while it runs.
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
-    let deadline = std::time::Instant::now() + limit;
-    while child.try_wait()?.is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("still running after {limit:?}: killed (run it again; RUST_LOG has no say over mpirun, --mca plm_base_verbose 5 does)");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    Ok(child.wait_with_output()?)
-}
-
-/// A file in the temporary directory, removed on drop.
-mod tempfile_path {
-    use std::path::{Path, PathBuf};
-
-    pub struct TempPath(PathBuf);
-
-    impl TempPath {
-        pub fn write(name: &str, content: &str) -> anyhow::Result<TempPath> {
-            use std::os::unix::fs::PermissionsExt;
-            let p = std::env::temp_dir().join(name);
-            std::fs::write(&p, content)?;
-            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755))?;
-            Ok(TempPath(p))
-        }
-    }
-
-    impl std::ops::Deref for TempPath {
-        type Target = Path;
-        fn deref(&self) -> &Path {
-            &self.0
-        }
-    }
-
-    impl Drop for TempPath {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(&self.0);
-        }
-    }
-}
 
 fn print_table(a: &Args, rows: &[Row]) {
     println!(

@@ -1,12 +1,14 @@
 //! The NetDAM lab: what tests, demonstrations and benchmarks need and a
 //! node does not. The namespace testbed (`testbed`, with its XDP switch and
 //! tc chaos element), the memory-wall bench (`memwall`), the all-reduce
-//! sweep (`sweep`), machine CPU time (`cpu`) and SVG plots (`plot`). Their
+//! sweep (`sweep`), MPI jobs on the testbed (`mpi`), machine CPU time
+//! (`cpu`) and SVG plots (`plot`). Their
 //! eBPF programs are an object of their own (netdam-lab-ebpf), so the
 //! node's XDP object carries none of them.
 
 pub mod cpu;
 pub mod memwall;
+pub mod mpi;
 pub mod plot;
 pub mod sweep;
 pub mod testbed;
