@@ -376,9 +376,22 @@ fn testbed_down_removes_everything_it_made() {
             .unwrap_or_default()
     };
     assert_eq!(names(&prefix).len(), 4);
+    // What `netdam serve` records for a host's pin directory under
+    // /run/netdam (random keys, sysctls to restore) goes with the testbed.
+    let records = [
+        netdam_user::controller::keys::keys_path(&tb.hosts[1].pin_dir),
+        netdam_user::controller::sysctls::record_path(&tb.hosts[2].pin_dir),
+    ];
+    for r in &records {
+        std::fs::create_dir_all(r.parent().unwrap()).unwrap();
+        std::fs::write(r, "{}").unwrap();
+    }
     drop(tb);
     assert!(names(&prefix).is_empty(), "namespaces left: {:?}", names(&prefix));
     assert!(!pins.exists());
+    for r in &records {
+        assert!(!r.exists(), "{} left", r.display());
+    }
     // Idempotent, also when nothing is there.
     Testbed::down(&prefix).unwrap();
 }

@@ -287,7 +287,11 @@ impl Testbed {
                 let Some(rest) = name.strip_prefix(prefix) else {
                     continue;
                 };
-                if rest == "sw" || (!rest.is_empty() && rest.chars().all(|c| c.is_ascii_digit())) {
+                let host = !rest.is_empty() && rest.chars().all(|c| c.is_ascii_digit());
+                if host {
+                    forget_node_records(&pin_root(prefix).join(&name));
+                }
+                if rest == "sw" || host {
                     if let Err(err) = ip(&["netns", "del", &name]) {
                         first_err.get_or_insert(err);
                     }
@@ -330,6 +334,19 @@ impl Testbed {
     /// Keeps the testbed when this value is dropped (for `testbed up`).
     pub fn leak(mut self) {
         self.owned = false;
+    }
+}
+
+/// Removes what `netdam serve` recorded under /run/netdam for a host's pin
+/// directory (random region keys a restart would keep, sysctls an unpin
+/// would restore): its namespace goes, so nothing will use them, and a
+/// later testbed of the same prefix must start afresh.
+fn forget_node_records(pin_dir: &std::path::Path) {
+    for record in [
+        netdam_user::controller::keys::keys_path(pin_dir),
+        netdam_user::controller::sysctls::record_path(pin_dir),
+    ] {
+        let _ = std::fs::remove_file(record);
     }
 }
 
