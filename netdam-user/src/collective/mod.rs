@@ -29,6 +29,7 @@ mod exchange;
 pub mod inject;
 pub mod inputs;
 pub mod ring;
+pub mod staged;
 pub mod table;
 
 use std::{
@@ -411,6 +412,10 @@ impl<N: MemberNode> Collective<N> {
 
     pub fn group(&self) -> &Group {
         &self.group
+    }
+
+    pub fn config(&self) -> &CollectiveConfig {
+        &self.cfg
     }
 
     /// This member's node: its memory, where the input goes and the output is read.
