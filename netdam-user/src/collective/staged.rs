@@ -55,15 +55,19 @@ pub enum StagedError {
     #[error("the scratch area [{addr:#x}, +{len:#x}) does not fit the node's {size}-byte NetDAM memory")]
     ScratchOutside { addr: u64, len: u64, size: u64 },
     #[error(
+        "the scratch area of {len} bytes leaves no room for an input and an output half after the sync area \
+         of {members} members ({sync} bytes, rounded up to {HALF_ALIGN})"
+    )]
+    NoHalves { len: u64, members: usize, sync: u64 },
+    #[error(
         "the scratch area starts at {scratch:#x} but the collective's sync area is at {sync:#x}: \
          they must be the same (CollectiveConfig::sync_addr)"
     )]
     SyncElsewhere { scratch: u64, sync: u64 },
     #[error("the scratch area at {0:#x} is not 8-byte aligned (its sync area holds u64 slots)")]
     Misaligned(u64),
-    #[error("{what}: {bytes} bytes are not a whole number of {width}-byte {dtype} elements")]
+    #[error("the receive buffer's {bytes} bytes are not a whole number of {width}-byte {dtype} elements")]
     Length {
-        what: &'static str,
         bytes: usize,
         width: u32,
         dtype: &'static str,
@@ -75,6 +79,26 @@ pub enum StagedError {
 }
 
 impl Scratch {
+    /// Checks that the area is aligned, fits a node memory of `mem_len`
+    /// bytes and has room for halves after the sync area of `members`.
+    pub fn check(&self, members: usize, mem_len: u64) -> Result<Halves, StagedError> {
+        if !self.addr.is_multiple_of(8) {
+            return Err(StagedError::Misaligned(self.addr));
+        }
+        if self.addr.checked_add(self.len).is_none_or(|end| end > mem_len) {
+            return Err(StagedError::ScratchOutside {
+                addr: self.addr,
+                len: self.len,
+                size: mem_len,
+            });
+        }
+        self.halves(members).filter(|h| h.len > 0).ok_or(StagedError::NoHalves {
+            len: self.len,
+            members,
+            sync: sync_len(members),
+        })
+    }
+
     /// The halves of this area for a group of `members`; `None` when the
     /// sync area leaves no room for them.
     pub fn halves(&self, members: usize) -> Option<Halves> {
@@ -126,14 +150,12 @@ pub fn allreduce<N: MemberNode>(
     alu: Alu,
 ) -> Result<Vec<Report>, StagedError> {
     let width = dtype.width();
-    let length = |what, bytes: usize| StagedError::Length {
-        what,
-        bytes,
-        width,
-        dtype: dtype.name(),
-    };
     if !recv.len().is_multiple_of(width as usize) {
-        return Err(length("the receive buffer", recv.len()));
+        return Err(StagedError::Length {
+            bytes: recv.len(),
+            width,
+            dtype: dtype.name(),
+        });
     }
     if let Some(s) = send.filter(|s| s.len() != recv.len()) {
         return Err(StagedError::Mismatch {
@@ -148,22 +170,12 @@ pub fn allreduce<N: MemberNode>(
             sync,
         });
     }
-    if !scratch.addr.is_multiple_of(8) {
-        return Err(StagedError::Misaligned(scratch.addr));
-    }
-    let size = coll.node().mem_len() as u64;
-    if scratch.addr.checked_add(scratch.len).is_none_or(|end| end > size) {
-        return Err(StagedError::ScratchOutside {
-            addr: scratch.addr,
-            len: scratch.len,
-            size,
-        });
-    }
+    let members = coll.group().members.len();
+    let halves = scratch.check(members, coll.node().mem_len() as u64)?;
     let count = (recv.len() / width as usize) as u64;
     if count == 0 {
         return Ok(Vec::new());
     }
-    let members = coll.group().members.len();
     let mut op = Allreduce {
         rkey: scratch.rkey,
         input_addr: 0,
@@ -181,7 +193,6 @@ pub fn allreduce<N: MemberNode>(
         members,
         chunk_elems,
     };
-    let halves = scratch.halves(members).ok_or_else(too_small)?;
     let piece = piece_elems(count, members, chunk_elems, width, halves.len).ok_or_else(too_small)?;
     op.input_addr = halves.input_addr;
     op.output_addr = halves.output_addr;
@@ -226,6 +237,14 @@ mod tests {
         // 8 members: 72 bytes of sync area take 128.
         assert_eq!(Scratch { len: 128, ..s }.halves(8).unwrap().len, 0);
         assert_eq!(Scratch { len: 127, ..s }.halves(8), None);
+        // What check refuses: misaligned, outside the memory, no halves.
+        assert_eq!(s.check(3, 0x1000 + s.len).unwrap(), h);
+        let refused = |s: Scratch, members| s.check(members, 0x1000 + 4096).unwrap_err().to_string();
+        assert!(refused(Scratch { addr: 0x1004, ..s }, 3).contains("0x1004 is not 8-byte aligned"));
+        assert!(refused(Scratch { len: 4097, ..s }, 3).contains("does not fit the node's 8192-byte"));
+        let e = refused(Scratch { len: 128 + 127, ..s }, 8);
+        assert!(e.contains("no room for an input and an output half"), "{e}");
+        assert_eq!(Scratch { len: 128 + 128, ..s }.check(8, 1 << 20).unwrap().len, 64);
     }
 
     #[test]
