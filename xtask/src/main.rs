@@ -23,7 +23,7 @@ struct Cli {
 enum Cmd {
     /// Install what is missing: nightly rust-src, bpf-linker, iproute2; mount bpffs; raise RLIMIT_MEMLOCK.
     Setup,
-    /// Set up, then build the XDP program and the netdam binary (release).
+    /// Set up, then build the XDP program, the netdam binary and libnetdam.so (release).
     Build,
     /// Set up, build, then show NetDAM on a 3-node testbed; or with `-- --iface IF [--mode M] ...`
     /// serve on a real NIC until Ctrl-C (every argument after `--` goes to `netdam serve`).
@@ -404,7 +404,7 @@ fn cmd(c: &mut Command) -> Result<()> {
 }
 
 fn build(root: &Path) -> Result<()> {
-    println!("==> building the XDP programs and the netdam and netdam-lab binaries");
+    println!("==> building the XDP programs, the netdam and netdam-lab binaries and libnetdam.so");
     cmd(cargo().current_dir(root).args([
         "build",
         "--release",
@@ -412,7 +412,10 @@ fn build(root: &Path) -> Result<()> {
         "netdam-user",
         "--package",
         "netdam-lab",
+        "--package",
+        "netdam-capi",
         "--bins",
+        "--lib",
     ]))
 }
 
@@ -516,6 +519,9 @@ fn test(root: &Path, tiers: Tiers) -> Result<()> {
             continue;
         }
         println!("==> {title}");
+        if !tier2 {
+            setup::capi_tools()?;
+        }
         let mut c = cargo();
         c.current_dir(root).env("NETDAM_BIN", netdam_bin(root)).args([
             "test",

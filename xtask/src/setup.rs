@@ -142,20 +142,34 @@ pub fn bench() -> Result<()> {
 }
 
 /// What the HLS port's checks need (`make -C fpga-port test`): make, gcc
-/// (with its sanitizer runtimes), clang and nm; clang from the
-/// distribution's packages when missing.
+/// (with its sanitizer runtimes), clang and nm.
 pub fn fpga_tools() -> Result<()> {
-    let missing: Vec<&str> = [("make", "make"), ("gcc", "gcc"), ("nm", "binutils"), ("clang", "clang")]
-        .into_iter()
+    apt_tools(
+        "the HLS port's checks",
+        &[("make", "make"), ("gcc", "gcc"), ("nm", "binutils"), ("clang", "clang")],
+    )
+}
+
+/// What the C API's test (tests/tests/capi.rs) needs: cc to build its C
+/// program against netdam.h, c++ to compile the header as C++.
+pub fn capi_tools() -> Result<()> {
+    apt_tools("the C API's test", &[("cc", "gcc"), ("c++", "g++")])
+}
+
+/// `tools` (command, package) for `purpose`: those missing from the
+/// distribution's packages (as root), else named.
+fn apt_tools(purpose: &str, tools: &[(&str, &str)]) -> Result<()> {
+    let missing: Vec<&str> = tools
+        .iter()
         .filter(|(cmd, _)| output(cmd, &["--version"]).is_none())
-        .map(|(_, pkg)| pkg)
+        .map(|(_, pkg)| *pkg)
         .collect();
     if missing.is_empty() {
         return Ok(());
     }
     if !is_root() {
         bail!(
-            "the HLS port's checks need {}: apt-get install {}",
+            "missing for {purpose}: {}; apt-get install {}",
             missing.join(", "),
             missing.join(" ")
         );
@@ -169,10 +183,10 @@ pub fn fpga_tools() -> Result<()> {
     let mut args = vec!["install", "-y", "-qq"];
     args.extend(&missing);
     step(
-        "C compilers for fpga-port",
+        &format!("packages for {purpose}"),
         "apt-get",
         &args,
-        "fpga-port is built with gcc and clang; install them by hand",
+        &format!("install {} by hand", missing.join(" ")),
     )
 }
 
