@@ -55,6 +55,20 @@ pub fn netdam_lab_bin() -> std::path::PathBuf {
     p
 }
 
+/// The tests' Python (numpy, pytest, maturin, mpi4py): $NETDAM_PYTHON (set
+/// by `cargo xtask test`), else the venv `cargo xtask setup` makes in target/venv.
+pub fn venv_python() -> std::path::PathBuf {
+    let p = std::env::var_os("NETDAM_PYTHON")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/venv/bin/python"));
+    assert!(
+        p.exists(),
+        "{} is missing: `cargo xtask setup` makes the venv (or set NETDAM_PYTHON)",
+        p.display()
+    );
+    p
+}
+
 /// Runs `ip ARGS` (iproute2), failing with what it said.
 pub fn ip(args: &[&str]) {
     let out = std::process::Command::new("ip")

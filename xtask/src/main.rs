@@ -160,13 +160,13 @@ fn main() {
 fn run(cli: Cli) -> Result<()> {
     let root = workspace_root();
     match cli.cmd {
-        Cmd::Setup => setup::run(),
+        Cmd::Setup => setup::run(&root),
         Cmd::Build => {
-            setup::run()?;
+            setup::run(&root)?;
             build(&root)
         }
         Cmd::Run { serve_args } => {
-            setup::run()?;
+            setup::run(&root)?;
             build(&root)?;
             setup::require_root("cargo xtask run")?;
             if serve_args.is_empty() {
@@ -176,7 +176,7 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Cmd::Testbed { cmd: tb } => {
-            setup::run()?;
+            setup::run(&root)?;
             build(&root)?;
             setup::require_root("cargo xtask testbed")?;
             let lab = lab_bin(&root);
@@ -234,7 +234,7 @@ fn run(cli: Cli) -> Result<()> {
             mtu,
             json,
         } => {
-            setup::run()?;
+            setup::run(&root)?;
             build(&root)?;
             setup::require_root("cargo xtask allreduce")?;
             let mut c = Command::new(lab_bin(&root));
@@ -280,7 +280,7 @@ fn run(cli: Cli) -> Result<()> {
             "tests/vectors",
         ])),
         Cmd::Fuzz { frames, seed } => {
-            setup::run()?;
+            setup::run(&root)?;
             build(&root)?;
             setup::require_root("cargo xtask fuzz")?;
             let per_variant = frames.div_ceil(2);
@@ -303,7 +303,7 @@ fn run(cli: Cli) -> Result<()> {
                 ]))
         }
         Cmd::Bench { which } => {
-            setup::run()?;
+            setup::run(&root)?;
             build(&root)?;
             setup::require_root("cargo xtask bench")?;
             cmd(cargo()
@@ -319,7 +319,7 @@ fn run(cli: Cli) -> Result<()> {
                     .arg(results.join("xdp-ops.json")))?;
             }
             if wants("allreduce") {
-                setup::bench()?;
+                setup::openmpi()?;
                 // The MTUs of the issue: Ethernet's, and what ENA and mlx5 run in native XDP.
                 for mtu in ["1500", "3498"] {
                     println!(
@@ -474,7 +474,7 @@ fn test_files(root: &Path, tier2: bool) -> Result<Vec<String>> {
 }
 
 fn test(root: &Path, tiers: Tiers) -> Result<()> {
-    setup::run()?;
+    setup::run(root)?;
     build(root)?;
     if tiers.host {
         println!("==> tier 1: host unit tests (no root)");
@@ -532,7 +532,12 @@ fn test(root: &Path, tiers: Tiers) -> Result<()> {
         for name in test_files(root, tier2)? {
             c.args(["--test", &name]);
         }
+        // MPI tests run mpi4py from the tests' Python.
+        c.env("NETDAM_PYTHON", setup::venv_python(root));
         cmd(&mut c)?;
+        if !tier2 {
+            python_tests(root)?;
+        }
     }
     if tiers.kernels {
         println!("==> tier 4: the kernel matrix in qemu guests (root)");
@@ -548,10 +553,43 @@ fn test(root: &Path, tiers: Tiers) -> Result<()> {
     Ok(())
 }
 
+/// Tier 3's Python part: the netdam module (netdam-py) built with maturin
+/// into the tests' Python, then its tests (netdam-py/tests) with pytest;
+/// they bring up testbeds of their own. Collecting no test is a failure.
+fn python_tests(root: &Path) -> Result<()> {
+    println!("==> tier 3: the Python module (netdam-py): maturin develop --release, then pytest (root)");
+    let python = setup::venv_python(root);
+    let venv = python
+        .parent()
+        .and_then(Path::parent)
+        .with_context(|| format!("{} is not in a venv's bin/", python.display()))?;
+    cmd(Command::new(&python).current_dir(root).env("VIRTUAL_ENV", venv).args([
+        "-m",
+        "maturin",
+        "develop",
+        "--release",
+        "--manifest-path",
+        "netdam-py/Cargo.toml",
+    ]))?;
+    let status = Command::new(&python)
+        .current_dir(root.join("netdam-py"))
+        .env("NETDAM_BIN", netdam_bin(root))
+        .env("NETDAM_LAB_BIN", lab_bin(root))
+        .args(["-m", "pytest", "-v", "tests"])
+        .status()
+        .context("starting pytest")?;
+    match status.code() {
+        Some(0) => Ok(()),
+        // pytest's "no tests collected": a run that tests nothing must not pass.
+        Some(5) => bail!("pytest collected no tests in netdam-py/tests"),
+        _ => bail!("pytest failed in netdam-py/tests ({status})"),
+    }
+}
+
 /// `cargo xtask lint`: formatting, then clippy `-D warnings` on the host crates, the
 /// tests and benches, and the eBPF crate (for its own target, with nightly).
 fn lint(root: &Path) -> Result<()> {
-    setup::run()?;
+    setup::run(root)?;
     println!("==> cargo fmt --check");
     cmd(cargo().current_dir(root).args(["fmt", "--all", "--check"]))?;
     println!("==> clippy -D warnings: host crates, tests and benches");
@@ -594,7 +632,7 @@ fn kernel_matrix(root: &Path, standalone: bool, series: &[String], json: bool) -
     let json_out = json.then(kernels::StdoutToStderr::new).transpose()?;
     // Inside `cargo xtask test`, set up and built already.
     if standalone {
-        setup::run()?;
+        setup::run(root)?;
         build(root)?;
     }
     setup::require_root("cargo xtask test --kernels")?;

@@ -1,7 +1,10 @@
 //! `cargo xtask setup`: every tool and kernel facility the build and the
 //! tests need, installed or switched on if missing, quickly when present.
 
-use std::process::{Command, Stdio};
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
 
 use anyhow::{bail, Context as _, Result};
 
@@ -39,7 +42,7 @@ fn step(what: &str, program: &str, args: &[&str], how: &str) -> Result<()> {
     Ok(())
 }
 
-pub fn run() -> Result<()> {
+pub fn run(root: &Path) -> Result<()> {
     println!("==> setup");
     let toolchains = output("rustup", &["toolchain", "list"])
         .context("rustup is missing: install Rust with rustup (https://rustup.rs) first")?;
@@ -107,8 +110,9 @@ pub fn run() -> Result<()> {
         }
         raise_memlock();
     }
+    let python = python_env(root)?;
     println!(
-        "    ok: nightly + rust-src, bpf-linker {BPF_LINKER_VERSION}, iproute2{}",
+        "    ok: nightly + rust-src, bpf-linker {BPF_LINKER_VERSION}, iproute2{}, Python {python}",
         if is_root() {
             ", bpffs, memlock"
         } else {
@@ -118,9 +122,73 @@ pub fn run() -> Result<()> {
     Ok(())
 }
 
-/// What only the benchmarks need: OpenMPI (mpicc, mpirun) for the
-/// all-reduce comparison, from the distribution's packages.
-pub fn bench() -> Result<()> {
+/// The Python packages of the tests' environment, pinned: numpy, pytest,
+/// maturin (builds the netdam module) and mpi4py (MPI tests; built from
+/// source against the system's OpenMPI).
+const PYTHON_PACKAGES: [&str; 4] = ["numpy==2.4.6", "pytest==9.0.3", "maturin==1.15.0", "mpi4py==4.1.2"];
+
+/// The tests' Python: $NETDAM_PYTHON (an environment of your own with
+/// PYTHON_PACKAGES), else the venv `cargo xtask setup` makes in target/venv.
+pub fn venv_python(root: &Path) -> PathBuf {
+    std::env::var_os("NETDAM_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/venv/bin/python"))
+}
+
+/// Makes target/venv with PYTHON_PACKAGES when it is missing or its pins
+/// changed (a stamp file in it records them); says what it uses.
+fn python_env(root: &Path) -> Result<String> {
+    if let Some(own) = std::env::var_os("NETDAM_PYTHON") {
+        return Ok(format!("{} ($NETDAM_PYTHON)", PathBuf::from(own).display()));
+    }
+    let venv = root.join("target/venv");
+    let stamp = venv.join("netdam-packages.txt");
+    let pins = PYTHON_PACKAGES.join("\n");
+    if std::fs::read_to_string(&stamp).is_ok_and(|s| s == pins) {
+        return Ok(format!("venv {}", venv.display()));
+    }
+    if output("python3", &["-c", "import venv, ensurepip"]).is_none() {
+        if !is_root() {
+            bail!("python3 with venv is missing: apt-get install python3-venv python3-dev");
+        }
+        step(
+            "Python",
+            "apt-get",
+            &["install", "-y", "-qq", "python3-venv", "python3-dev"],
+            "install python3-venv and python3-dev by hand",
+        )?;
+    }
+    // mpi4py compiles against the system's MPI with mpicc.
+    if !is_root() && output("mpicc", &["--showme:version"]).is_none() {
+        return Ok("none yet (OpenMPI is missing and installing it needs root: \
+                   `sudo -E cargo xtask setup`; tier 1 does not need it)"
+            .into());
+    }
+    openmpi()?;
+    let venv_arg = venv.to_str().context("the checkout's path is not UTF-8")?;
+    step(
+        "Python venv",
+        "python3",
+        &["-m", "venv", "--clear", venv_arg],
+        "the tests' Python packages go into target/venv",
+    )?;
+    let pip = venv.join("bin/pip");
+    let pip = pip.to_str().context("the checkout's path is not UTF-8")?;
+    let mut args = vec!["install", "--quiet", "--no-binary", "mpi4py"];
+    args.extend(PYTHON_PACKAGES);
+    step(
+        "Python packages (mpi4py builds against OpenMPI: about a minute)",
+        pip,
+        &args,
+        "pip needs PyPI, and mpi4py needs mpicc (libopenmpi-dev)",
+    )?;
+    std::fs::write(&stamp, pins).with_context(|| format!("writing {}", stamp.display()))?;
+    Ok(format!("venv {}", venv.display()))
+}
+
+/// OpenMPI (mpicc, mpirun) from the distribution's packages: the all-reduce
+/// benchmark compares with it, and mpi4py in the tests' venv is built with it.
+pub fn openmpi() -> Result<()> {
     if output("mpicc", &["--showme:version"]).is_some() && output("mpirun", &["--version"]).is_some() {
         return Ok(());
     }
@@ -137,7 +205,7 @@ pub fn bench() -> Result<()> {
         "OpenMPI",
         "apt-get",
         &["install", "-y", "-qq", "openmpi-bin", "libopenmpi-dev"],
-        "the all-reduce benchmark compares with MPI_Allreduce; install openmpi-bin and libopenmpi-dev by hand",
+        "the all-reduce benchmark and mpi4py need OpenMPI; install openmpi-bin and libopenmpi-dev by hand",
     )
 }
 
