@@ -202,11 +202,10 @@ pub(crate) fn writable_buffer(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Py
 }
 
 /// Copies `data`, of the buffer's size, into a buffer from `writable_buffer`.
-pub(crate) fn fill(buf: &PyUntypedBuffer, data: &[u8]) {
+pub(crate) fn fill(_gil: Python<'_>, buf: &PyUntypedBuffer, data: &[u8]) {
     assert_eq!(buf.len_bytes(), data.len(), "filled with what its size asked for");
     // SAFETY: a writable, C-contiguous export of `data.len()` bytes, held by
-    // `buf`; the GIL is held (we are given no token, but every caller is a
-    // method that holds it), and `data` is our own memory.
+    // `buf`; the GIL is held, and `data` is our own memory.
     unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), buf.buf_ptr().cast::<u8>(), data.len()) };
 }
 

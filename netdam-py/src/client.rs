@@ -122,7 +122,7 @@ impl Client {
         let buf = writable_buffer(out, "out")?;
         let n = buf.len_bytes();
         let bytes = self.wait(py, || self.inner.read(rkey, addr, n, &|_| {}))?;
-        fill(&buf, &bytes);
+        fill(py, &buf, &bytes);
         Ok(())
     }
 

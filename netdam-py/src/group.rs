@@ -123,16 +123,21 @@ impl Group {
             port: port.unwrap_or(DEFAULT_PORT),
         };
         let collective = Collective::new(local, group, cfg).map_err(|e| collective_error(py, e))?;
+        let scratch = Scratch {
+            rkey,
+            addr: scratch_addr,
+            len: scratch_len,
+        };
+        // Misplaced or without room for halves: said now, not at the first all-reduce.
+        scratch
+            .check(collective.group().members.len(), node.config.mem_size)
+            .map_err(|e| staged_error(py, e))?;
         Ok(Group {
             rank: collective.rank(),
             members: collective.group().members.clone(),
             mtu,
             collective: Mutex::new(collective),
-            scratch: Scratch {
-                rkey,
-                addr: scratch_addr,
-                len: scratch_len,
-            },
+            scratch,
         })
     }
 
