@@ -23,8 +23,8 @@ pub enum MpiError {
     UnknownHost { host: Ipv4Addr, prefix: String },
     #[error("`{0}` is needed: install OpenMPI (apt-get install openmpi-bin libopenmpi-dev; `cargo xtask setup` does)")]
     Missing(&'static str),
-    #[error("mpirun still running after {0:?}: killed (its launch hangs now and then, an orted never calling back; run it again, with --mca plm_base_verbose 5 to see where)")]
-    Hung(Duration),
+    #[error("mpirun still running after {limit:?}: killed (its launch hangs now and then, an orted never calling back; run it again, with --mca plm_base_verbose 5 to see where); it had printed:\n{output}")]
+    Hung { limit: Duration, output: String },
     #[error(transparent)]
     Testbed(#[from] TestbedError),
     #[error("{0}: {1}")]
@@ -112,8 +112,12 @@ pub fn output_within(cmd: &mut Command, limit: Duration) -> Result<Output, MpiEr
     while child.try_wait().map_err(io)?.is_none() {
         if Instant::now() > deadline {
             let _ = child.kill();
-            let _ = child.wait();
-            return Err(MpiError::Hung(limit));
+            // What it wrote before it was killed: where it stopped.
+            let output = child
+                .wait_with_output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr))
+                .unwrap_or_default();
+            return Err(MpiError::Hung { limit, output });
         }
         std::thread::sleep(Duration::from_millis(100));
     }
