@@ -416,7 +416,44 @@ fn build(root: &Path) -> Result<()> {
         "netdam-capi",
         "--bins",
         "--lib",
-    ]))
+    ]))?;
+    build_mpi_lib(root)
+}
+
+/// The C sources of libnetdam_mpi.so (netdam-mpi/*.c), sorted.
+fn mpi_lib_sources(root: &Path) -> Result<Vec<PathBuf>> {
+    let dir = root.join("netdam-mpi");
+    let mut sources: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .with_context(|| format!("listing {}", dir.display()))?
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "c"))
+        .collect();
+    sources.sort();
+    Ok(sources)
+}
+
+/// mpicc with warnings as errors and the C API's header (what the MPI
+/// library and the C test programs compile with, here and in lint).
+fn mpicc(root: &Path) -> Command {
+    let mut c = Command::new("mpicc");
+    c.args(["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(root.join("netdam-capi/include"));
+    c
+}
+
+/// libnetdam_mpi.so, the PMPI interposition library (docs/mpi.md), beside
+/// the libnetdam.so it links (found through its rpath, $ORIGIN).
+fn build_mpi_lib(root: &Path) -> Result<()> {
+    setup::openmpi()?;
+    println!("==> building libnetdam_mpi.so (mpicc)");
+    let release = root.join("target/release");
+    cmd(mpicc(root)
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(release.join("libnetdam_mpi.so"))
+        .args(mpi_lib_sources(root)?)
+        .arg("-L")
+        .arg(&release)
+        .args(["-lnetdam", "-Wl,-rpath,$ORIGIN"]))
 }
 
 /// Which test tiers a `cargo xtask test` runs.
@@ -606,6 +643,13 @@ fn lint(root: &Path) -> Result<()> {
         "-D",
         "warnings",
     ]))?;
+    println!("==> C of the MPI library and the MPI test and benchmark programs: mpicc -Wall -Wextra -Werror");
+    setup::openmpi()?;
+    cmd(mpicc(root)
+        .arg("-fsyntax-only")
+        .args(mpi_lib_sources(root)?)
+        .arg(root.join("tests/mpi/check.c"))
+        .arg(root.join("bench/mpi/allreduce.c")))?;
     println!("==> clippy -D warnings: the eBPF crates (bpfel-unknown-none)");
     cmd(Command::new("cargo").current_dir(root).args([
         "+nightly",

@@ -186,8 +186,9 @@ fn python_env(root: &Path) -> Result<String> {
     Ok(format!("venv {}", venv.display()))
 }
 
-/// OpenMPI (mpicc, mpirun) from the distribution's packages: the all-reduce
-/// benchmark compares with it, and mpi4py in the tests' venv is built with it.
+/// OpenMPI (mpicc, mpirun), from the distribution's packages: the build
+/// compiles libnetdam_mpi.so with mpicc, its tests and the all-reduce
+/// comparison run mpirun.
 pub fn openmpi() -> Result<()> {
     if output("mpicc", &["--showme:version"]).is_some() && output("mpirun", &["--version"]).is_some() {
         return Ok(());
@@ -205,7 +206,7 @@ pub fn openmpi() -> Result<()> {
         "OpenMPI",
         "apt-get",
         &["install", "-y", "-qq", "openmpi-bin", "libopenmpi-dev"],
-        "the all-reduce benchmark and mpi4py need OpenMPI; install openmpi-bin and libopenmpi-dev by hand",
+        "libnetdam_mpi.so builds with mpicc, its tests and the all-reduce benchmark run mpirun, mpi4py builds against it; install openmpi-bin and libopenmpi-dev by hand",
     )
 }
 
