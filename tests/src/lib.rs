@@ -55,6 +55,20 @@ pub fn netdam_lab_bin() -> std::path::PathBuf {
     p
 }
 
+/// libnetdam_mpi.so, the PMPI library under test: $NETDAM_MPI_LIB, else
+/// the one `cargo xtask build` puts beside the netdam binary under test.
+pub fn netdam_mpi_lib() -> std::path::PathBuf {
+    let p = std::env::var_os("NETDAM_MPI_LIB")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| netdam_bin().with_file_name("libnetdam_mpi.so"));
+    assert!(
+        p.exists(),
+        "{} is missing: build it with `cargo xtask build` (or run `cargo xtask test`)",
+        p.display()
+    );
+    p
+}
+
 /// The tests' Python (numpy, pytest, maturin, mpi4py): $NETDAM_PYTHON (set
 /// by `cargo xtask test`), else the venv `cargo xtask setup` makes in target/venv.
 pub fn venv_python() -> std::path::PathBuf {
@@ -63,7 +77,7 @@ pub fn venv_python() -> std::path::PathBuf {
         .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/venv/bin/python"));
     assert!(
         p.exists(),
-        "{} is missing: `cargo xtask setup` makes the venv (or set NETDAM_PYTHON)",
+        "{} is missing: make it with `cargo xtask setup` (or set NETDAM_PYTHON to a Python with numpy and mpi4py)",
         p.display()
     );
     p
