@@ -10,6 +10,9 @@
  *                           (MPI_ERRORS_RETURN): one line per rank and case
  *   check stall             the last rank skips an all-reduce the others run
  *                           (with NETDAM_MPI_TRUST_ARGS=1): what they get
+ *   check time COUNT ITERS  rank 0 prints the median, 10th and 90th
+ *                           percentile of ITERS MPI_Allreduce of COUNT ints
+ *                           (us; how docs/mpi.md measured the agreement)
  *
  * A record: u32 collective (1 MPI_Allreduce, 2 MPI_Reduce_scatter_block,
  * 3 MPI_Allgather), u32 type (1 int, 2 unsigned, 3 long, 4 unsigned long,
@@ -231,12 +234,41 @@ static void stall(void) {
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Times ITERS all-reduces of COUNT ints after 10 untimed ones. */
+static void timing(int count, int iters) {
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    int *in = calloc((size_t)count, sizeof *in), *got = calloc((size_t)count, sizeof *got);
+    double *us = calloc((size_t)iters, sizeof *us);
+    if (!in || !got || !us || count < 1 || iters < 10) die("time: COUNT >= 1, ITERS >= 10");
+    for (int k = 0; k < 10; k++) MPI_Allreduce(in, got, count, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int k = 0; k < iters; k++) {
+        double t0 = MPI_Wtime();
+        MPI_Allreduce(in, got, count, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        us[k] = (MPI_Wtime() - t0) * 1e6;
+    }
+    qsort(us, (size_t)iters, sizeof *us, by_value);
+    if (rank == 0)
+        printf("%d ints: median %.1f us, p10 %.1f, p90 %.1f\n", count, us[iters / 2], us[iters / 10],
+               us[iters * 9 / 10]);
+    free(in);
+    free(got);
+    free(us);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     if (argc == 4 && strcmp(argv[1], "sweep") == 0) sweep(argv[2], argv[3]);
     else if (argc == 2 && strcmp(argv[1], "mismatch") == 0) mismatch();
     else if (argc == 2 && strcmp(argv[1], "stall") == 0) stall();
-    else die("usage: check sweep DIR SIZES | check mismatch | check stall");
+    else if (argc == 4 && strcmp(argv[1], "time") == 0) timing(atoi(argv[2]), atoi(argv[3]));
+    else die("usage: check sweep DIR SIZES | check mismatch | check stall | check time COUNT ITERS");
     MPI_Finalize();
     return 0;
 }
