@@ -23,7 +23,7 @@ struct Cli {
 enum Cmd {
     /// Install what is missing: nightly rust-src, bpf-linker, iproute2; mount bpffs; raise RLIMIT_MEMLOCK.
     Setup,
-    /// Set up, then build the XDP program, the netdam binary and libnetdam.so (release).
+    /// Set up, then build the XDP programs, the netdam and netdam-lab binaries, libnetdam.so and libnetdam_mpi.so (release).
     Build,
     /// Set up, build, then show NetDAM on a 3-node testbed; or with `-- --iface IF [--mode M] ...`
     /// serve on a real NIC until Ctrl-C (every argument after `--` goes to `netdam serve`).
