@@ -134,14 +134,14 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the sync area holds l
  * finished slots, then the raised cell, at the scratch area's start);
  * every member then picks G + 1, which no node runs hops of until its own
  * member has raised it. Collective over MPI_COMM_WORLD; 0 if a rank could
- * not, and then no group runs. */
-static int align_generations(void) {
+ * not (or was not `ready`), and then no group runs. */
+static int align_generations(int ready) {
     uint32_t generation = 0;
     uint8_t *base = NULL;
     uint64_t len = 0, cells = (uint64_t)nd_world.size + 1, at = nd_world.group.scratch_addr;
-    int ok = netdam_node_generation(nd_world.node, nd_world.group.rkey, &generation) == NETDAM_OK &&
+    int ok = ready && netdam_node_generation(nd_world.node, nd_world.group.rkey, &generation) == NETDAM_OK &&
              netdam_node_memory(nd_world.node, &base, &len) == NETDAM_OK && at <= len && cells * 8 <= len - at;
-    if (!ok) nd_warn("the node's generation or sync area: %s", netdam_last_error());
+    if (ready && !ok) nd_warn("the node's generation or sync area: %s", netdam_last_error());
     uint64_t v[2] = {generation, !ok};
     if (PMPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS || v[1]) return 0;
     for (uint64_t i = 0; i < cells; i++) memcpy(base + at + 8 * i, &v[0], 8);
@@ -189,14 +189,16 @@ static void world_setup(void) {
     }
     char why[160] = "no rank has a NetDAM node";
     nd_world.reason = nd_world.active ? world_reason(all, n, why, sizeof why) : FB_OFF;
-    if (nd_world.active && nd_comm_keyval_create() != MPI_SUCCESS) {
-        snprintf(why, sizeof why, "no attribute keyval for communicators");
+    int keyval = !nd_world.active || nd_comm_keyval_create() == MPI_SUCCESS;
+    if (!keyval) nd_warn("no attribute keyval for communicators: every call goes to MPI");
+    /* Every rank of a world that can form groups takes part, whatever it has. */
+    if ((int)nd_world.reason == -1 && !align_generations(keyval)) {
+        snprintf(why, sizeof why, "a rank could not align its node's generation (or has no keyval)");
+        nd_world.reason = FB_GROUP;
+    }
+    if (!keyval) {
         nd_world.active = 0;
         nd_world.reason = FB_OFF;
-    }
-    if ((int)nd_world.reason == -1 && !align_generations()) {
-        snprintf(why, sizeof why, "a rank could not read its node's generation or sync area");
-        nd_world.reason = FB_GROUP;
     }
     /* MPI_COMM_WORLD's group now, while every rank is here: opening it on
      * its first collective would be a collective inside that one. Its
