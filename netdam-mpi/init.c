@@ -121,31 +121,26 @@ static int world_reason(const uint64_t *all, int n, char *why, size_t len) {
     return -1;
 }
 
-_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the sync area holds little-endian u64s");
-
 /* Starts the job's groups from one generation on every node. A job that
  * failed mid-collective (a rank that never came, a killed job) leaves its
  * nodes' generations and sync areas apart, and a later job's members would
- * pick different generations (one past their own finished slot): at best
- * every ring times out, at worst a member's chunks run at a generation
- * another node was left at, against that node's old input. So: G, the
- * highest readiness generation of any node, is written into every slot
- * and the raised cell of every node's sync area (docs/collective.md: N u64
- * finished slots, then the raised cell, at the scratch area's start);
- * every member then picks G + 1, which no node runs hops of until its own
- * member has raised it. Collective over MPI_COMM_WORLD; 0 if a rank could
- * not (or was not `ready`), and then no group runs. */
+ * pick different generations: at best every ring times out, at worst a
+ * member's chunks run at a generation another node was left at, against
+ * that node's old input. So G, the highest readiness generation of any
+ * node, restarts every node's sync area (netdam_sync_restart), and a
+ * second agreement that every rank did is the barrier netdam.h asks for.
+ * Collective over MPI_COMM_WORLD; 0 if a rank could not (or was not
+ * `ready`), and then no group runs. */
 static int align_generations(int ready) {
     uint32_t generation = 0;
-    uint8_t *base = NULL;
-    uint64_t len = 0, cells = (uint64_t)nd_world.size + 1, at = nd_world.group.scratch_addr;
-    int ok = ready && netdam_node_generation(nd_world.node, nd_world.group.rkey, &generation) == NETDAM_OK &&
-             netdam_node_memory(nd_world.node, &base, &len) == NETDAM_OK && at <= len && cells * 8 <= len - at;
-    if (ready && !ok) nd_warn("the node's generation or sync area: %s", netdam_last_error());
+    int ok = ready && netdam_node_generation(nd_world.node, nd_world.group.rkey, &generation) == NETDAM_OK;
+    if (ready && !ok) nd_warn("the node's generation: %s", netdam_last_error());
     uint64_t v[2] = {generation, !ok};
     if (PMPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS || v[1]) return 0;
-    for (uint64_t i = 0; i < cells; i++) memcpy(base + at + 8 * i, &v[0], 8);
-    return 1;
+    ok = netdam_sync_restart(nd_world.node, &nd_world.group, (size_t)nd_world.size, (uint32_t)v[0]) == NETDAM_OK;
+    if (!ok) nd_warn("restarting the node's sync area: %s", netdam_last_error());
+    v[0] = !ok;
+    return PMPI_Allreduce(MPI_IN_PLACE, v, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD) == MPI_SUCCESS && !v[0];
 }
 
 static void world_setup(void) {
@@ -201,8 +196,7 @@ static void world_setup(void) {
         nd_world.reason = FB_OFF;
     }
     /* MPI_COMM_WORLD's group now, while every rank is here: opening it on
-     * its first collective would be a collective inside that one. Its
-     * agreement is also the barrier behind align_generations. */
+     * its first collective would be a collective inside that one. */
     if ((int)nd_world.reason == -1 && !nd_comm_state(MPI_COMM_WORLD)->group) {
         snprintf(why, sizeof why, "MPI_COMM_WORLD's group did not open on every rank");
         nd_world.reason = FB_GROUP;

@@ -168,6 +168,15 @@ int netdam_allreduce(netdam_group *group, const void *sendbuf, void *recvbuf, ui
 int netdam_allreduce_at(netdam_group *group, uint64_t input_addr, uint64_t output_addr, uint64_t count,
                         netdam_dtype dtype, netdam_op op);
 
+/* Restarts the rounds of a group of `members` on this node at generation
+ * + 1: every slot and the raised cell of the sync area at the config's
+ * scratch_addr hold `generation`. For a new job on nodes an earlier one may
+ * have left mid-collective (their generations and sync areas apart):
+ * every member agrees on G, at least the highest netdam_node_generation of
+ * the config's rkey over the members' nodes, calls this with G, and starts
+ * no all-reduce before all have (a barrier). */
+int netdam_sync_restart(netdam_node *node, const netdam_group_config *config, size_t members, uint32_t generation);
+
 /* ---- Settings from the environment (what libnetdam_mpi reads) --------- */
 
 typedef struct netdam_settings {

@@ -11,6 +11,7 @@ use std::{
 use netdam_common::wire::DEFAULT_PORT;
 use netdam_user::{
     collective::{
+        restart_sync_area,
         staged::{self, Scratch},
         Allreduce, Collective, CollectiveConfig, Group,
     },
@@ -54,6 +55,20 @@ impl netdam_group_config {
             ..d
         }
     }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn netdam_sync_restart(
+    node: *mut Node,
+    config: *const netdam_group_config,
+    members: usize,
+    generation: u32,
+) -> c_int {
+    call(|| {
+        // SAFETY: netdam.h: a node from netdam_node_open, a config.
+        let (node, cfg) = unsafe { (handle(node, "node")?, handle_ref(config, "config")?) };
+        Ok(restart_sync_area(&node.node, cfg.scratch_addr, members, generation)?)
+    })
 }
 
 /// netdam_group.

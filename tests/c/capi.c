@@ -12,6 +12,7 @@
  *        DIR/NAME.out.RANK
  *   capi errors PIN_DIR RKEY PEER_IP SILENT_IP  one line per error case:
  *        NAME STATUS WIRE MESSAGE
+ *   capi restart PIN_DIR RKEY SCRATCH_ADDR MEMBERS GENERATION  netdam_sync_restart
  *
  * Exit status 0 when every check held; otherwise a line on stderr says
  * which did not. */
@@ -328,6 +329,22 @@ static int allreduce(int argc, char **argv) {
     return 0;
 }
 
+/* restart PIN_DIR RKEY SCRATCH_ADDR MEMBERS GENERATION: this node's sync
+ * area restarted at GENERATION (the test runs it on every member before any
+ * all-reduce: the barrier netdam.h asks for). */
+static int restart(char **argv) {
+    netdam_node *node = NULL;
+    CHECK(netdam_node_open(argv[0], &node));
+    netdam_group_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.rkey = (uint32_t)number(argv[1]);
+    cfg.scratch_addr = number(argv[2]);
+    CHECK(netdam_sync_restart(node, &cfg, (size_t)number(argv[3]), (uint32_t)number(argv[4])));
+    netdam_node_close(node);
+    printf("restart ok\n");
+    return 0;
+}
+
 static void report(const char *name, int status) {
     printf("%s %d %d %s\n", name, status, netdam_last_wire_status(), status ? netdam_last_error() : "");
 }
@@ -421,6 +438,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "client") == 0 && argc == 7) return client(argv + 2);
     if (strcmp(cmd, "allreduce") == 0 && argc >= 8) return allreduce(argc - 2, argv + 2);
     if (strcmp(cmd, "errors") == 0 && argc == 6) return errors(argv + 2);
+    if (strcmp(cmd, "restart") == 0 && argc == 7) return restart(argv + 2);
     fprintf(stderr, "usage: see the top of tests/c/capi.c\n");
     return 2;
 }

@@ -27,6 +27,8 @@ const RKEY: u32 = 0x1234;
 const MEM: u64 = 4 << 20;
 /// The group's scratch area: the sync area at 0, then two halves of 32704 bytes.
 const SCRATCH_LEN: u64 = 64 << 10;
+/// Where netdam_sync_restart starts the all-reduce test's rings (one past it).
+const RESTART_AT: u64 = 1000;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -394,6 +396,19 @@ fn c_allreduce_every_dtype_and_op_in_and_out_of_place_in_pieces_bit_exact() {
         expected.push(want);
     }
     let members = tb.hosts.iter().map(|h| h.ip.to_string()).collect::<Vec<_>>().join(",");
+    // The rings start one past where netdam_sync_restart put every member
+    // (the nodes are new, at generation 0): the generations below count from it.
+    for i in 0..N {
+        let pin_dir = tb.hosts[i].pin_dir.display();
+        let args = strings(&[&"restart", &pin_dir, &RKEY, &0, &N, &RESTART_AT]);
+        let o = capi_in(&tb, i, &args).output().expect("capi restart");
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout),
+            "restart ok\n",
+            "member {i}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
     let children: Vec<_> = (0..N)
         .map(|i| {
             let mut args = strings(&[
@@ -435,7 +450,7 @@ fn c_allreduce_every_dtype_and_op_in_and_out_of_place_in_pieces_bit_exact() {
             )
         );
         // Each piece is one ring, one generation: the generation after each case says how many ran.
-        let mut generation = 0;
+        let mut generation = RESTART_AT;
         for case in &cases {
             generation += case.rings(N);
             assert!(

@@ -61,6 +61,29 @@ pub const fn sync_len(members: usize) -> u64 {
     SYNC_SLOT * (members as u64 + 1)
 }
 
+/// Sets every slot and the raised cell of a sync area of `members` at
+/// `sync_addr` in `node`'s memory to `generation`, so that this member's
+/// next round runs at `generation + 1`. For members that did not finish
+/// their last round together (a job that failed mid-collective leaves the
+/// nodes' generations and sync areas apart, and a new job's members would
+/// otherwise pick different generations): every member first agrees on G,
+/// at least the highest readiness generation of any member's node, then
+/// calls this with G before its first round, and none starts before all
+/// have (the caller's barrier). A chunk of the new rounds then never meets
+/// a node left at an older generation's input.
+pub fn restart_sync_area<N: MemberNode>(
+    node: &N,
+    sync_addr: u64,
+    members: usize,
+    generation: u32,
+) -> Result<(), CollectiveError> {
+    if !(2..=MAX_RING).contains(&members) {
+        return Err(CollectiveError::GroupSize(members));
+    }
+    let cells: Vec<u8> = (0..=members).flat_map(|_| (generation as u64).to_le_bytes()).collect();
+    Ok(node.write(sync_addr, &cells)?)
+}
+
 /// The members of a collective, in group order, and their port P.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Group {
