@@ -405,14 +405,7 @@ impl MpiProgram {
     ) -> Result<Vec<(u64, Sample, u64)>> {
         let mut cmd = mpirun.command(tb, group)?;
         cmd.arg(&self.exe).args([min.to_string(), max.to_string()]);
-        let out = match mpi::output_within(&mut cmd, MPIRUN_LIMIT) {
-            Err(e) => {
-                eprintln!("mpirun: {e:#}; once more");
-                mpi::output_within(&mut cmd, MPIRUN_LIMIT)
-            }
-            out => out,
-        }
-        .context("running mpirun")?;
+        let out = mpi::output_within_retry(&mut cmd, MPIRUN_LIMIT).context("running mpirun")?;
         let stdout = String::from_utf8_lossy(&out.stdout);
         if !out.status.success() {
             bail!("mpirun failed: {}\n{stdout}", String::from_utf8_lossy(&out.stderr));

@@ -14,6 +14,10 @@
 //! `msg`: MSG delivery into AF_XDP against recvmmsg, and the bytes
 //! WRITE_NOTIFY hands the host (`msg.rs`, on the memory-wall rig).
 //!
+//! `mpi`: an unmodified third-party MPI benchmark (osu_allreduce, IMB-MPI1
+//! Allreduce from the user's source, else MPICH's perf/allredtrace) with and
+//! without libnetdam_mpi (`mpi_clients.rs`).
+//!
 //! `xdp-ops`: the cost of each operation inside XDP, measured with
 //! BPF_PROG_TEST_RUN on this CPU. Each run is its own syscall with repeat 1
 //! (with repeat > 1 the kernel reuses the buffer, and an answered request
@@ -23,6 +27,7 @@
 mod allreduce;
 mod client;
 mod fpga;
+mod mpi_clients;
 mod msg;
 mod node;
 mod udp_node;
@@ -51,6 +56,9 @@ struct Cli {
 enum Cmd {
     /// All-reduce, int32 sum: NetDAM vs OpenMPI (TCP) vs the same ring in userspace over UDP.
     Allreduce(allreduce::Args),
+    /// A third-party MPI benchmark (osu_allreduce with --osu-src, IMB-MPI1 Allreduce with --imb-src, else
+    /// MPICH's perf/allredtrace) with and without libnetdam_mpi, and OpenMPI on the plain fabric.
+    Mpi(mpi_clients::Args),
     /// One node: WRITE 1 KiB throughput against the XDP_DROP ceiling and a userspace
     /// server, READ 64 B latency against the userspace server.
     Node(node::Args),
@@ -109,6 +117,7 @@ fn main() -> Result<()> {
     match Cli::parse().cmd {
         Cmd::XdpOps { runs, json } => xdp_ops(runs, json),
         Cmd::Allreduce(a) => allreduce::run(a),
+        Cmd::Mpi(a) => mpi_clients::run(a),
         Cmd::Node(a) => node::run(a),
         Cmd::Client(a) => client::run(a),
         Cmd::Msg(a) => msg::run(a),

@@ -1,7 +1,9 @@
 //! The NetDAM lab: what tests, demonstrations and benchmarks need and a
 //! node does not. The namespace testbed (`testbed`, with its XDP switch and
 //! tc chaos element), the memory-wall bench (`memwall`), the all-reduce
-//! sweep (`sweep`), MPI jobs on the testbed (`mpi`), machine CPU time
+//! sweep (`sweep`), MPI jobs on the testbed (`mpi`), MPICH's test suite
+//! as a third-party MPI client (`mpich_suite`), third-party MPI
+//! benchmarks built and read (`mpi_benchmarks`), machine CPU time
 //! (`cpu`) and SVG plots (`plot`). Their
 //! eBPF programs are an object of their own (netdam-lab-ebpf), so the
 //! node's XDP object carries none of them.
@@ -9,6 +11,8 @@
 pub mod cpu;
 pub mod memwall;
 pub mod mpi;
+pub mod mpi_benchmarks;
+pub mod mpich_suite;
 pub mod plot;
 pub mod sweep;
 pub mod testbed;

@@ -15,7 +15,7 @@ use std::{
 
 use thiserror::Error;
 
-use crate::testbed::{Testbed, TestbedError};
+use crate::testbed::{Served, Testbed, TestbedError};
 
 #[derive(Debug, Error)]
 pub enum MpiError {
@@ -96,6 +96,159 @@ impl Drop for Mpirun {
     }
 }
 
+/// The nodes of an MPI job's libnetdam_mpi: every host of a testbed
+/// served with `mem` bytes of node memory, all of it region `rkey` (rwa)
+/// and the collective's scratch area, every host a peer of every other.
+/// Stopped on drop.
+pub struct NetdamNodes {
+    pub rkey: u32,
+    pub mem: u64,
+    _served: Vec<Served>,
+}
+
+impl NetdamNodes {
+    /// `netdam serve` on every host of `tb`, with `extra` arguments (e.g. `--mode native`).
+    pub fn serve(tb: &Testbed, netdam: &Path, rkey: u32, mem: u64, extra: &[&str]) -> Result<NetdamNodes, MpiError> {
+        let mut args = vec![
+            "--mem-size".to_string(),
+            mem.to_string(),
+            "--region".into(),
+            format!("{rkey:#x}:0:{mem}:rwa"),
+        ];
+        for h in &tb.hosts {
+            args.extend(["--peer".to_string(), h.ip.to_string()]);
+        }
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let served = (0..tb.hosts.len())
+            .map(|i| tb.serve(i, netdam, &args))
+            .collect::<Result<_, _>>()?;
+        Ok(NetdamNodes {
+            rkey,
+            mem,
+            _served: served,
+        })
+    }
+
+    /// The ranks' settings for these nodes (netdam.h's netdam_settings_load),
+    /// NETDAM_PIN_DIR aside, which `Preload` sets per rank.
+    pub fn settings(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("NETDAM_RKEY", format!("{:#x}", self.rkey)),
+            ("NETDAM_SCRATCH_ADDR", "0".into()),
+            ("NETDAM_SCRATCH_LEN", self.mem.to_string()),
+        ]
+    }
+}
+
+/// libnetdam_mpi in the ranks of a testbed job: a script that the ranks'
+/// program runs through (put it before the program after
+/// `Mpirun::command`). It sets NETDAM_PIN_DIR to the node of the rank's
+/// host (rank i runs in the i-th host given to `Mpirun::command`), the
+/// job's other settings, and LD_PRELOAD for the program alone. Removed on
+/// drop.
+pub struct Preload {
+    script: PathBuf,
+}
+
+impl Preload {
+    /// `settings`: NAME=VALUE pairs every rank gets (NETDAM_RKEY, ...).
+    pub fn new(
+        tb: &Testbed,
+        hosts: &[Ipv4Addr],
+        library: &Path,
+        settings: &[(&str, String)],
+    ) -> Result<Preload, MpiError> {
+        let mut cases = String::new();
+        for (rank, h) in hosts.iter().enumerate() {
+            let host = tb
+                .hosts
+                .iter()
+                .find(|t| t.ip == *h)
+                .ok_or_else(|| MpiError::UnknownHost {
+                    host: *h,
+                    prefix: tb.prefix.clone(),
+                })?;
+            cases += &format!(
+                "  {rank}) NETDAM_PIN_DIR={} ;;\n",
+                sh_quote(&host.pin_dir.to_string_lossy())
+            );
+        }
+        let exports: String = settings
+            .iter()
+            .map(|(name, value)| format!("export {name}={}\n", sh_quote(value)))
+            .collect();
+        let script = format!(
+            "#!/bin/sh\n# libnetdam_mpi for this rank: the node of its testbed host, the job's settings.\n\
+             case $OMPI_COMM_WORLD_RANK in\n{cases}  *) echo \"rank $OMPI_COMM_WORLD_RANK has no testbed host\" >&2; exit 1 ;;\nesac\n\
+             export NETDAM_PIN_DIR\n{exports}LD_PRELOAD={} exec \"$@\"\n",
+            sh_quote(&library.to_string_lossy())
+        );
+        let path = std::env::temp_dir().join(format!("netdam-mpi-preload-{}-{}", tb.prefix, std::process::id()));
+        let io = |e| MpiError::Io(format!("writing {}", path.display()), e);
+        std::fs::write(&path, script).map_err(io)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).map_err(io)?;
+        Ok(Preload { script: path })
+    }
+
+    /// The script: `mpirun ... SCRIPT PROGRAM ARGS...`.
+    pub fn path(&self) -> &Path {
+        &self.script
+    }
+}
+
+impl Drop for Preload {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.script);
+    }
+}
+
+/// libnetdam_mpi's counts at MPI_Finalize with NETDAM_MPI_VERBOSE=1, one
+/// line per rank on its stderr (`netdam-mpi: rank R: offloaded N (...),
+/// fell back M (...)`), summed over the ranks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OffloadCounts {
+    pub ranks: u32,
+    pub offloaded: u64,
+    pub fallen_back: u64,
+}
+
+impl OffloadCounts {
+    /// The counts in a job's output; None when no rank printed any.
+    pub fn parse(output: &str) -> Option<OffloadCounts> {
+        let number_after = |line: &str, word: &str| -> Option<u64> {
+            let rest = &line[line.find(word)? + word.len()..];
+            rest.split(|c: char| !c.is_ascii_digit())
+                .find(|t| !t.is_empty())?
+                .parse()
+                .ok()
+        };
+        let mut counts = OffloadCounts::default();
+        for line in output.lines().filter(|l| l.contains("netdam-mpi: rank ")) {
+            if let (Some(o), Some(f)) = (number_after(line, "offloaded "), number_after(line, "fell back ")) {
+                counts += OffloadCounts {
+                    ranks: 1,
+                    offloaded: o,
+                    fallen_back: f,
+                };
+            }
+        }
+        (counts.ranks > 0).then_some(counts)
+    }
+}
+
+impl std::ops::AddAssign for OffloadCounts {
+    fn add_assign(&mut self, o: OffloadCounts) {
+        self.ranks += o.ranks;
+        self.offloaded += o.offloaded;
+        self.fallen_back += o.fallen_back;
+    }
+}
+
+/// `s` as one word of sh.
+fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
 /// `cmd`'s output, or `MpiError::Hung` once it has run longer than `limit`
 /// (then it is killed). Its output must fit the pipes while it runs (a few
 /// lines per rank do).
@@ -124,6 +277,19 @@ pub fn output_within(cmd: &mut Command, limit: Duration) -> Result<Output, MpiEr
     child.wait_with_output().map_err(io)
 }
 
+/// `output_within`, run once more if the first run hung: mpirun's launch
+/// hangs now and then (a daemon never calling back), and a job that hangs
+/// for its own reasons hangs twice.
+pub fn output_within_retry(cmd: &mut Command, limit: Duration) -> Result<Output, MpiError> {
+    match output_within(cmd, limit) {
+        Err(MpiError::Hung { output, .. }) => {
+            eprintln!("mpirun hung (killed after {limit:?}), once more; it had printed:\n{output}");
+            output_within(cmd, limit)
+        }
+        out => out,
+    }
+}
+
 /// Compiles C sources with `mpicc` (-O2, warnings as errors) into `exe`.
 pub fn mpicc(sources: &[&Path], extra: &[&str], exe: &Path) -> Result<(), MpiError> {
     let out = Command::new("mpicc")
@@ -143,4 +309,30 @@ pub fn mpicc(sources: &[&Path], extra: &[&str], exe: &Path) -> Result<(), MpiErr
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offload_counts_summed_over_ranks() {
+        let out =
+            "some output\nnetdam-mpi: rank 1: offloaded 12 (allreduce 12, allgather 0), fell back 3 (type 2, op 1)\n\
+                   netdam-mpi: rank 0: offloaded 10 (allreduce 10, allgather 0), fell back 5 (type 5, op 0)\n";
+        assert_eq!(
+            OffloadCounts::parse(out),
+            Some(OffloadCounts {
+                ranks: 2,
+                offloaded: 22,
+                fallen_back: 8
+            })
+        );
+        assert_eq!(OffloadCounts::parse(" No Errors\n"), None);
+    }
+
+    #[test]
+    fn preload_script_quotes_its_words() {
+        assert_eq!(sh_quote("/a b/it's"), "'/a b/it'\\''s'");
+    }
 }

@@ -21,7 +21,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Install what is missing: nightly rust-src, bpf-linker, iproute2; mount bpffs; raise RLIMIT_MEMLOCK.
+    /// Install what is missing: nightly rust-src, bpf-linker, iproute2; mount bpffs; raise RLIMIT_MEMLOCK;
+    /// as root also OpenMPI and the tools of MPICH's test suite (tier 3, `bench mpi`).
     Setup,
     /// Set up, then build the XDP programs, the netdam and netdam-lab binaries, libnetdam.so and libnetdam_mpi.so (release).
     Build,
@@ -85,9 +86,16 @@ enum Cmd {
     },
     /// Set up (and OpenMPI), build, run the benchmarks; results (JSON, SVG) go under results/ (not committed).
     Bench {
-        /// Which to run (default: all): xdp-ops, allreduce, node, client, fpga, msg, memwall.
-        #[arg(value_parser = ["xdp-ops", "allreduce", "node", "client", "fpga", "msg", "memwall"])]
+        /// Which to run (default: all): xdp-ops, allreduce, mpi, node, client, fpga, msg, memwall.
+        #[arg(value_parser = ["xdp-ops", "allreduce", "mpi", "node", "client", "fpga", "msg", "memwall"])]
         which: Vec<String>,
+        /// For mpi: the OSU micro-benchmarks' source directory (its osu_allreduce is built and run).
+        #[arg(long)]
+        osu_src: Option<PathBuf>,
+        /// For mpi: the Intel MPI Benchmarks' source directory (IMB-MPI1 Allreduce). Without either,
+        /// mpi runs MPICH's perf/allredtrace from Debian's mpich source package.
+        #[arg(long)]
+        imb_src: Option<PathBuf>,
     },
     /// Set up, build, run every test: tier 1 the host unit tests, the HLS port and the
     /// protocol check; tier 2 (root) the XDP program through BPF_PROG_TEST_RUN; tier 3
@@ -160,7 +168,15 @@ fn main() {
 fn run(cli: Cli) -> Result<()> {
     let root = workspace_root();
     match cli.cmd {
-        Cmd::Setup => setup::run(&root),
+        Cmd::Setup => {
+            setup::run(&root)?;
+            if setup::is_root() {
+                setup::mpich_suite()
+            } else {
+                println!("    not root: OpenMPI and the MPICH test suite's tools (tier 3) left as they are");
+                Ok(())
+            }
+        }
         Cmd::Build => {
             setup::run(&root)?;
             build(&root)
@@ -302,7 +318,11 @@ fn run(cli: Cli) -> Result<()> {
                     "--test-threads=1",
                 ]))
         }
-        Cmd::Bench { which } => {
+        Cmd::Bench {
+            which,
+            osu_src,
+            imb_src,
+        } => {
             setup::run(&root)?;
             build(&root)?;
             setup::require_root("cargo xtask bench")?;
@@ -330,6 +350,22 @@ fn run(cli: Cli) -> Result<()> {
                         .args(["allreduce", "--mtu", mtu, "--out"])
                         .arg(&results))?;
                 }
+            }
+            if wants("mpi") {
+                setup::mpich_suite()?;
+                println!(
+                    "==> bench: a third-party MPI benchmark with and without libnetdam_mpi, and OpenMPI on the plain fabric (4 nodes)"
+                );
+                let mut c = Command::new(&bench);
+                c.env("NETDAM_BIN", netdam_bin(&root))
+                    .args(["mpi", "--out"])
+                    .arg(&results);
+                for (flag, dir) in [("--osu-src", &osu_src), ("--imb-src", &imb_src)] {
+                    if let Some(d) = dir {
+                        c.arg(flag).arg(d);
+                    }
+                }
+                cmd(&mut c)?;
             }
             if wants("node") {
                 println!("==> bench: one node, WRITE throughput vs XDP_DROP and a userspace server, READ latency");
@@ -558,6 +594,8 @@ fn test(root: &Path, tiers: Tiers) -> Result<()> {
         println!("==> {title}");
         if !tier2 {
             setup::capi_tools()?;
+            // The MPI tests: OpenMPI, and MPICH's test suite as its client.
+            setup::mpich_suite()?;
         }
         let mut c = cargo();
         c.current_dir(root).env("NETDAM_BIN", netdam_bin(root)).args([

@@ -210,6 +210,17 @@ pub fn openmpi() -> Result<()> {
     )
 }
 
+/// What MPICH's test suite (the third-party MPI client of tier 3 and of
+/// `bench mpi`) needs: OpenMPI, xz to unpack Debian's mpich source
+/// package (apt fetches it), make and gcc to build it.
+pub fn mpich_suite() -> Result<()> {
+    openmpi()?;
+    apt_tools(
+        "MPICH's test suite",
+        &[("xz", "xz-utils"), ("make", "make"), ("gcc", "gcc")],
+    )
+}
+
 /// What the HLS port's checks need (`make -C fpga-port test`): make, gcc
 /// (with its sanitizer runtimes), clang and nm.
 pub fn fpga_tools() -> Result<()> {
