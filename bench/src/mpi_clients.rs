@@ -122,7 +122,7 @@ pub fn run(a: Args) -> Result<()> {
     let lib = a.lib.clone().unwrap_or_else(netdam_mpi_lib);
     ensure!(
         lib.is_file(),
-        "{} is missing: build libnetdam_mpi (cargo build --release) or give --lib",
+        "{} is missing: build libnetdam_mpi (`cargo xtask build`) or give --lib",
         lib.display()
     );
     let mut sources: Vec<Source> = a.osu_src.iter().map(|d| Source::Osu(d.clone())).collect();
@@ -149,7 +149,7 @@ pub fn run(a: Args) -> Result<()> {
     settings.push(("NETDAM_MTU", a.mtu.to_string()));
     settings.push(("NETDAM_MPI_VERBOSE", "1".into()));
     settings.extend(a.lib_env.iter().map(|(n, v)| (n.as_str(), v.clone())));
-    let preload = Preload::new(&tb, &group, &lib, &settings)?;
+    let preload = Preload::of_hosts(&tb, &group, &lib, &settings)?;
     let mpirun = Mpirun::new(&tb)?;
     let plain_mpirun = Mpirun::new(&plain)?;
     let mut reports = Vec::new();

@@ -142,48 +142,75 @@ impl NetdamNodes {
 
 /// libnetdam_mpi in the ranks of a testbed job: a script that the ranks'
 /// program runs through (put it before the program after
-/// `Mpirun::command`). It sets NETDAM_PIN_DIR to the node of the rank's
-/// host (rank i runs in the i-th host given to `Mpirun::command`), the
-/// job's other settings, and LD_PRELOAD for the program alone. Removed on
-/// drop.
+/// `Mpirun::command`). It clears the settings the ranks could inherit,
+/// sets NETDAM_PIN_DIR to the rank's node, the job's other settings, and
+/// LD_PRELOAD for the program alone. Removed on drop.
 pub struct Preload {
     script: PathBuf,
 }
 
 impl Preload {
-    /// `settings`: NAME=VALUE pairs every rank gets (NETDAM_RKEY, ...).
-    pub fn new(
+    /// Every rank with the node of its host (rank i runs in the i-th host
+    /// given to `Mpirun::command`). `settings`: NAME=VALUE pairs every rank
+    /// gets (NETDAM_RKEY, ...).
+    pub fn of_hosts(
         tb: &Testbed,
         hosts: &[Ipv4Addr],
         library: &Path,
         settings: &[(&str, String)],
     ) -> Result<Preload, MpiError> {
-        let mut cases = String::new();
-        for (rank, h) in hosts.iter().enumerate() {
-            let host = tb
-                .hosts
-                .iter()
-                .find(|t| t.ip == *h)
-                .ok_or_else(|| MpiError::UnknownHost {
-                    host: *h,
-                    prefix: tb.prefix.clone(),
-                })?;
-            cases += &format!(
-                "  {rank}) NETDAM_PIN_DIR={} ;;\n",
-                sh_quote(&host.pin_dir.to_string_lossy())
-            );
-        }
+        let pin_dirs = hosts
+            .iter()
+            .map(|h| {
+                let host = tb
+                    .hosts
+                    .iter()
+                    .find(|t| t.ip == *h)
+                    .ok_or_else(|| MpiError::UnknownHost {
+                        host: *h,
+                        prefix: tb.prefix.clone(),
+                    })?;
+                Ok(Some(host.pin_dir.as_path()))
+            })
+            .collect::<Result<Vec<_>, MpiError>>()?;
+        Preload::new(&pin_dirs, Some(library), settings)
+    }
+
+    /// Rank i with the node pinned at `pin_dirs[i]`, or with none
+    /// configured where that is None; the library preloaded when given
+    /// (without it, the same settings for a run of MPI alone).
+    pub fn new(
+        pin_dirs: &[Option<&Path>],
+        library: Option<&Path>,
+        settings: &[(&str, String)],
+    ) -> Result<Preload, MpiError> {
+        let cases: String = pin_dirs
+            .iter()
+            .enumerate()
+            .map(|(rank, pin)| match pin {
+                Some(p) => format!(
+                    "  {rank}) export NETDAM_PIN_DIR={} ;;\n",
+                    sh_quote(&p.to_string_lossy())
+                ),
+                None => format!("  {rank}) ;;\n"),
+            })
+            .collect();
         let exports: String = settings
             .iter()
             .map(|(name, value)| format!("export {name}={}\n", sh_quote(value)))
             .collect();
+        let preload = library
+            .map(|l| format!("LD_PRELOAD={} ", sh_quote(&l.to_string_lossy())))
+            .unwrap_or_default();
         let script = format!(
             "#!/bin/sh\n# libnetdam_mpi for this rank: the node of its testbed host, the job's settings.\n\
-             case $OMPI_COMM_WORLD_RANK in\n{cases}  *) echo \"rank $OMPI_COMM_WORLD_RANK has no testbed host\" >&2; exit 1 ;;\nesac\n\
-             export NETDAM_PIN_DIR\n{exports}LD_PRELOAD={} exec \"$@\"\n",
-            sh_quote(&library.to_string_lossy())
+             unset NETDAM_CONFIG NETDAM_IFACE NETDAM_PIN_DIR\n\
+             case $OMPI_COMM_WORLD_RANK in\n{cases}  *) echo \"rank $OMPI_COMM_WORLD_RANK has no place in this job\" >&2; exit 1 ;;\nesac\n\
+             {exports}{preload}exec \"$@\"\n"
         );
-        let path = std::env::temp_dir().join(format!("netdam-mpi-preload-{}-{}", tb.prefix, std::process::id()));
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("netdam-mpi-preload-{}-{n}", std::process::id()));
         let io = |e| MpiError::Io(format!("writing {}", path.display()), e);
         std::fs::write(&path, script).map_err(io)?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).map_err(io)?;
@@ -329,6 +356,58 @@ mod tests {
             })
         );
         assert_eq!(OffloadCounts::parse(" No Errors\n"), None);
+    }
+
+    /// The script run by hand as ranks 0, 1 and 2 of a job of two: `env`
+    /// in place of the program.
+    #[test]
+    fn preload_script_gives_each_rank_its_node_and_no_other_settings() {
+        let lib = Path::new("/nonexistent/lib netdam_mpi.so");
+        let p = Preload::new(
+            &[Some(Path::new("/pins/it's")), None],
+            Some(lib),
+            &[("NETDAM_RKEY", "0x5 7".into())],
+        )
+        .unwrap();
+        let rank = |r: &str| {
+            Command::new(p.path())
+                .arg("env")
+                .env("OMPI_COMM_WORLD_RANK", r)
+                .env("NETDAM_IFACE", "inherited")
+                .env("NETDAM_PIN_DIR", "inherited")
+                .output()
+                .unwrap()
+        };
+        let vars = |o: &Output| -> Vec<String> {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter(|l| l.starts_with("NETDAM_") || l.starts_with("LD_PRELOAD="))
+                .map(String::from)
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect()
+        };
+        let r0 = rank("0");
+        assert!(r0.status.success());
+        assert_eq!(
+            vars(&r0),
+            [
+                "LD_PRELOAD=/nonexistent/lib netdam_mpi.so",
+                "NETDAM_PIN_DIR=/pins/it's",
+                "NETDAM_RKEY=0x5 7"
+            ]
+        );
+        let r1 = rank("1");
+        assert_eq!(
+            vars(&r1),
+            ["LD_PRELOAD=/nonexistent/lib netdam_mpi.so", "NETDAM_RKEY=0x5 7"]
+        );
+        let r2 = rank("2");
+        assert!(!r2.status.success());
+        assert!(String::from_utf8_lossy(&r2.stderr).contains("rank 2 has no place in this job"));
+        let script = p.path().to_path_buf();
+        drop(p);
+        assert!(!script.exists(), "removed on drop");
     }
 
     #[test]

@@ -11,8 +11,6 @@
 use std::{
     collections::BTreeMap,
     ffi::OsStr,
-    fmt::Write as _,
-    os::unix::fs::PermissionsExt,
     path::{Path, PathBuf},
     process::Output,
     sync::{Mutex, MutexGuard},
@@ -24,8 +22,8 @@ use netdam_common::{
     wire::{Alu, Dtype, Status},
 };
 use netdam_lab::{
-    mpi::{mpicc, output_within, MpiError, Mpirun},
-    testbed::{Served, Testbed},
+    mpi::{mpicc, output_within_retry, Mpirun, NetdamNodes, Preload},
+    testbed::Testbed,
 };
 use netdam_tests::{netdam_bin, netdam_mpi_lib, require_root, unique_prefix, venv_python};
 use netdam_user::stats::Stats;
@@ -71,7 +69,7 @@ fn every_host() -> Vec<Rank> {
 /// area and the others as peers, and what runs MPI jobs on it.
 /// (Fields drop in this order: the nodes stop before the testbed goes.)
 struct MpiBed {
-    _served: Vec<Served>,
+    _nodes: NetdamNodes,
     mpirun: Mpirun,
     dir: TempDir,
     tb: Testbed,
@@ -83,25 +81,14 @@ impl MpiBed {
         require_root();
         let one = ONE_BED.lock().unwrap_or_else(|e| e.into_inner());
         let tb = Testbed::up(&unique_prefix(), NODES, MTU).expect("testbed up");
-        let mut args = vec![
-            "--mem-size".to_string(),
-            MEM.to_string(),
-            "--region".into(),
-            format!("{RKEY:#x}:0:{MEM}:rwa"),
-        ];
-        for h in &tb.hosts {
-            args.extend(["--peer".to_string(), h.ip.to_string()]);
-        }
-        let served = (0..NODES)
-            .map(|i| tb.serve(i, &netdam_bin(), &args).expect("netdam serve"))
-            .collect();
+        let nodes = NetdamNodes::serve(&tb, &netdam_bin(), RKEY, MEM, &[]).expect("netdam serve");
         let mpirun = Mpirun::new(&tb).expect("mpirun's agent");
         let dir = TempDir(std::env::temp_dir().join(format!("netdam-mpi-test-{}", tb.prefix)));
         let _ = std::fs::remove_dir_all(&dir.0);
         std::fs::create_dir_all(&dir.0).expect("a temporary directory");
         MpiBed {
             tb,
-            _served: served,
+            _nodes: nodes,
             mpirun,
             dir,
             _one: one,
@@ -116,51 +103,27 @@ impl MpiBed {
         exe
     }
 
-    /// Runs `program` as rank i in host `ranks[i].host`, through a wrapper
+    /// Runs `program` as rank i in host `ranks[i].host`, through a script
     /// that gives each rank its node's pin directory (or none), the scratch
     /// area, NETDAM_MPI_VERBOSE=1, `env`, and the library when `preload`.
     fn run(&self, ranks: &[Rank], preload: bool, env: &[(&str, &str)], program: &[&OsStr]) -> Output {
-        let mut script = String::from("#!/bin/sh\nunset NETDAM_CONFIG NETDAM_IFACE NETDAM_PIN_DIR\n");
-        let settings = [
+        let mut settings = vec![
             ("NETDAM_RKEY", RKEY.to_string()),
             ("NETDAM_SCRATCH_ADDR", "0".into()),
             ("NETDAM_SCRATCH_LEN", SCRATCH_LEN.to_string()),
             ("NETDAM_MPI_VERBOSE", "1".into()),
         ];
-        for (k, v) in settings
+        settings.extend(env.iter().map(|(k, v)| (*k, v.to_string())));
+        let pin_dirs: Vec<_> = ranks
             .iter()
-            .map(|(k, v)| (*k, v.as_str()))
-            .chain(env.iter().copied())
-        {
-            writeln!(script, "export {k}='{v}'").unwrap();
-        }
-        script.push_str("case $OMPI_COMM_WORLD_RANK in\n");
-        for (i, r) in ranks.iter().enumerate() {
-            if r.node {
-                let pin = self.tb.hosts[r.host].pin_dir.display();
-                writeln!(script, "  {i}) export NETDAM_PIN_DIR={pin} ;;").unwrap();
-            }
-        }
-        script.push_str("esac\n");
-        if preload {
-            writeln!(script, "export LD_PRELOAD={}", netdam_mpi_lib().display()).unwrap();
-        }
-        script.push_str("exec \"$@\"\n");
-        let wrapper = self.dir.0.join("rank-env");
-        std::fs::write(&wrapper, script).expect("writing the wrapper");
-        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+            .map(|r| r.node.then_some(self.tb.hosts[r.host].pin_dir.as_path()))
+            .collect();
+        let lib = netdam_mpi_lib();
+        let script = Preload::new(&pin_dirs, preload.then_some(lib.as_path()), &settings).expect("the rank script");
         let hosts: Vec<_> = ranks.iter().map(|r| self.tb.hosts[r.host].ip).collect();
         let mut cmd = self.mpirun.command(&self.tb, &hosts).expect("mpirun command");
-        cmd.arg(&wrapper).args(program);
-        // OpenMPI's launch hangs now and then (netdam_lab::mpi::MpiError::Hung): once more then.
-        match output_within(&mut cmd, LIMIT) {
-            Err(MpiError::Hung { output, .. }) => {
-                eprintln!("mpirun hung, once more; it had printed:\n{output}");
-                output_within(&mut cmd, LIMIT)
-            }
-            out => out,
-        }
-        .expect("mpirun within the limit")
+        cmd.arg(script.path()).args(program);
+        output_within_retry(&mut cmd, LIMIT).expect("mpirun within the limit")
     }
 
     /// Every node's CHAIN requests answered OK so far.

@@ -96,7 +96,7 @@ fn mpich_collective_tests_pass_alone_and_through_netdam() {
     let nodes = NetdamNodes::serve(&tb, &netdam_bin(), RKEY, MEM, &[]).expect("serve every host");
     let mut settings = nodes.settings();
     settings.push(("NETDAM_MPI_VERBOSE", "1".into()));
-    let preload = Preload::new(&tb, &group, &netdam_mpi_lib(), &settings).expect("the preload script");
+    let preload = Preload::of_hosts(&tb, &group, &netdam_mpi_lib(), &settings).expect("the preload script");
     let mpirun = Mpirun::new(&tb).expect("mpirun's agent");
     for (t, program) in TESTS.iter().zip(&programs) {
         let what = format!("{} {}", t.name, t.args.join(" "));
