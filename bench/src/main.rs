@@ -114,7 +114,9 @@ struct Row {
 }
 
 fn main() -> Result<()> {
-    match Cli::parse().cmd {
+    let cli = Cli::parse();
+    netdam_lab::interrupt::clean_up_on_signals("netdam-bench").context("watching for SIGINT and SIGTERM")?;
+    match cli.cmd {
         Cmd::XdpOps { runs, json } => xdp_ops(runs, json),
         Cmd::Allreduce(a) => allreduce::run(a),
         Cmd::Mpi(a) => mpi_clients::run(a),

@@ -9,6 +9,7 @@
 //! node's XDP object carries none of them.
 
 pub mod cpu;
+pub mod interrupt;
 pub mod memwall;
 pub mod mpi;
 pub mod mpi_benchmarks;

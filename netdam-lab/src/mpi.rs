@@ -15,7 +15,10 @@ use std::{
 
 use thiserror::Error;
 
-use crate::testbed::{Served, Testbed, TestbedError};
+use crate::{
+    interrupt::OnInterrupt,
+    testbed::{Served, Testbed, TestbedError},
+};
 
 #[derive(Debug, Error)]
 pub enum MpiError {
@@ -35,6 +38,7 @@ pub enum MpiError {
 /// directory, removed on drop.
 pub struct Mpirun {
     agent: PathBuf,
+    _on_interrupt: OnInterrupt,
 }
 
 impl Mpirun {
@@ -55,7 +59,10 @@ impl Mpirun {
         let io = |e| MpiError::Io(format!("writing {}", agent.display()), e);
         std::fs::write(&agent, script).map_err(io)?;
         std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).map_err(io)?;
-        Ok(Mpirun { agent })
+        Ok(Mpirun {
+            _on_interrupt: remove_on_interrupt(&agent),
+            agent,
+        })
     }
 
     /// `mpirun` in host 0 with one rank in each of `hosts`, in order, every
@@ -147,6 +154,7 @@ impl NetdamNodes {
 /// LD_PRELOAD for the program alone. Removed on drop.
 pub struct Preload {
     script: PathBuf,
+    _on_interrupt: OnInterrupt,
 }
 
 impl Preload {
@@ -214,7 +222,10 @@ impl Preload {
         let io = |e| MpiError::Io(format!("writing {}", path.display()), e);
         std::fs::write(&path, script).map_err(io)?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).map_err(io)?;
-        Ok(Preload { script: path })
+        Ok(Preload {
+            _on_interrupt: remove_on_interrupt(&path),
+            script: path,
+        })
     }
 
     /// The script: `mpirun ... SCRIPT PROGRAM ARGS...`.
@@ -269,6 +280,14 @@ impl std::ops::AddAssign for OffloadCounts {
         self.offloaded += o.offloaded;
         self.fallen_back += o.fallen_back;
     }
+}
+
+/// Removes `path` if the process is interrupted while the guard lives.
+fn remove_on_interrupt(path: &Path) -> OnInterrupt {
+    let path = path.to_path_buf();
+    OnInterrupt::register(move || {
+        let _ = std::fs::remove_file(path);
+    })
 }
 
 /// `s` as one word of sh.

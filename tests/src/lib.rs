@@ -16,6 +16,8 @@ pub fn require_root() {
             "this test loads XDP programs and makes network namespaces: it needs root (run `sudo -E cargo xtask test`)"
         );
     }
+    // Ctrl-C or SIGTERM in the middle of a test removes its testbeds.
+    netdam_lab::interrupt::clean_up_on_signals("test").expect("watching for SIGINT and SIGTERM");
 }
 
 /// A testbed prefix no other test (or test binary) uses at the same time.

@@ -386,12 +386,28 @@ fn testbed_down_removes_everything_it_made() {
         std::fs::create_dir_all(r.parent().unwrap()).unwrap();
         std::fs::write(r, "{}").unwrap();
     }
+    // What still runs in its hosts ends with them (deleting a namespace
+    // alone would leave it running): one that goes on SIGTERM, and one
+    // that ignores it and gets SIGKILL.
+    let mut polite = tb.command(0, "sleep").unwrap().arg("300").spawn().unwrap();
+    let mut stubborn = tb
+        .command(1, "sh")
+        .unwrap()
+        .args(["-c", "trap '' TERM; while :; do sleep 0.1; done"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
     drop(tb);
     assert!(names(&prefix).is_empty(), "namespaces left: {:?}", names(&prefix));
     assert!(!pins.exists());
     for r in &records {
         assert!(!r.exists(), "{} left", r.display());
     }
+    use std::os::unix::process::ExitStatusExt;
+    let polite = polite.try_wait().unwrap().expect("the process in host 0 ended");
+    assert_eq!(polite.signal(), Some(libc::SIGTERM));
+    let stubborn = stubborn.try_wait().unwrap().expect("the process in host 1 ended");
+    assert_eq!(stubborn.signal(), Some(libc::SIGKILL));
     // Idempotent, also when nothing is there.
     Testbed::down(&prefix).unwrap();
 }
@@ -621,4 +637,97 @@ fn batched_transfers_survive_loss_duplication_and_reordering() {
     assert!(back == data[..data.len() - 7], "the bytes read back differ");
     let s = tb.chaos_stats().expect("chaos counters").expect("chaos attached");
     assert!(s.dropped > 0 && s.duplicated > 0 && s.released > 0, "{s:?}");
+}
+
+/// SIGTERM (as Ctrl-C's SIGINT) in the middle of a lab run removes its
+/// testbed, its nodes and its members' processes, and the run says so and
+/// exits 128 + 15.
+#[test]
+fn an_interrupted_lab_run_removes_its_testbed_and_processes() {
+    require_root();
+    let prefix = unique_prefix();
+    let out = std::env::temp_dir().join(format!("netdam-interrupt-{prefix}"));
+    let mut run = std::process::Command::new(netdam_tests::netdam_lab_bin())
+        .args(["testbed", "allreduce", "--nodes", "2", "--prefix", &prefix])
+        .args(["--min-bytes", "16MiB", "--max-bytes", "16MiB", "--iters", "100000"])
+        .arg("--out")
+        .arg(&out)
+        .env("NETDAM_BIN", netdam_bin())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("netdam-lab testbed allreduce");
+    // The processes in a namespace, by the (device, inode) of its file.
+    let ns_of = |name: String| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(std::path::Path::new("/run/netns").join(name))
+            .ok()
+            .map(|m| (m.dev(), m.ino()))
+    };
+    let processes_in = |ns: (u64, u64)| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| std::fs::metadata(e.path().join("ns/net")).is_ok_and(|m| (m.dev(), m.ino()) == ns))
+            .count()
+    };
+    // Running once host 0 has its node and its member (netdam serve, netdam allreduce).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let hosts = loop {
+        if let (Some(h0), Some(h1)) = (ns_of(format!("{prefix}0")), ns_of(format!("{prefix}1"))) {
+            if processes_in(h0) >= 2 {
+                break [h0, h1];
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline && run.try_wait().unwrap().is_none(),
+            "the run never had host 0 serving and reducing"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(run.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = run.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = run.kill();
+            Testbed::down(&prefix).unwrap();
+            panic!("netdam-lab still running 30 s after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(run.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    let _ = std::fs::remove_dir_all(&out);
+    let left: Vec<String> = std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default();
+    if !left.is_empty() {
+        Testbed::down(&prefix).unwrap();
+    }
+    assert!(left.is_empty(), "namespaces left: {left:?}\n{stderr}");
+    for ns in hosts {
+        assert_eq!(processes_in(ns), 0, "processes left in a host\n{stderr}");
+    }
+    assert!(!std::path::Path::new("/sys/fs/bpf/netdam-testbed")
+        .join(&prefix)
+        .exists());
+    assert_eq!(status.code(), Some(128 + 15), "{stderr}");
+    assert!(
+        stderr.contains("netdam-lab: SIGTERM: removing the testbeds"),
+        "{stderr}"
+    );
 }

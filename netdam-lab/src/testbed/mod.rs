@@ -24,6 +24,8 @@ use std::{
 };
 
 use nix::sched::{setns, CloneFlags};
+
+use crate::interrupt::OnInterrupt;
 use thiserror::Error;
 
 mod chaos;
@@ -104,7 +106,9 @@ pub struct Testbed {
     pub fabric: Fabric,
     /// Receive and transmit queues of every link.
     pub queues: u32,
-    owned: bool,
+    /// Set while this value owns the testbed (made by `up`, not leaked):
+    /// its teardown, also run if the process is interrupted.
+    owner: Option<OnInterrupt>,
 }
 
 pub const IFACE: &str = "eth0";
@@ -210,7 +214,14 @@ impl Testbed {
             mtu,
             fabric,
             queues,
-            owned: true,
+            owner: Some(OnInterrupt::register({
+                let prefix = prefix.to_string();
+                move || {
+                    if let Err(e) = Testbed::down(&prefix) {
+                        eprintln!("tearing down testbed {prefix}: {e}");
+                    }
+                }
+            })),
         };
         // On any error below, dropping `tb` removes what was made.
         let sw = switch_ns(prefix);
@@ -273,7 +284,7 @@ impl Testbed {
             mtu: 0,
             fabric: Fabric::default(),
             queues: 0,
-            owned: false,
+            owner: None,
         })
     }
 
@@ -292,6 +303,7 @@ impl Testbed {
                     forget_node_records(&pin_root(prefix).join(&name));
                 }
                 if rest == "sw" || host {
+                    stop_processes_in(&name);
                     if let Err(err) = ip(&["netns", "del", &name]) {
                         first_err.get_or_insert(err);
                     }
@@ -333,7 +345,49 @@ impl Testbed {
 
     /// Keeps the testbed when this value is dropped (for `testbed up`).
     pub fn leak(mut self) {
-        self.owned = false;
+        self.owner = None;
+    }
+}
+
+/// Ends what still runs in namespace `name`, which deleting the namespace
+/// would leave running (a daemon mpirun started there, the programs of an
+/// interrupted run): SIGTERM, then SIGKILL to what is left after 2 s. Its
+/// processes are those whose network namespace is that file's.
+fn stop_processes_in(name: &str) {
+    use nix::sys::signal::{kill, Signal};
+    use std::os::unix::fs::MetadataExt;
+    let Ok(ns) = std::fs::metadata(PathBuf::from(NETNS_DIR).join(name)) else {
+        return;
+    };
+    let me = std::process::id();
+    // A process that has exited (a zombie) has no namespace link: not listed.
+    let members = || -> Vec<i32> {
+        let Ok(proc) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        proc.flatten()
+            .filter_map(|e| {
+                let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+                let net = std::fs::metadata(e.path().join("ns/net")).ok()?;
+                (pid != me && net.dev() == ns.dev() && net.ino() == ns.ino()).then_some(pid as i32)
+            })
+            .collect()
+    };
+    for (signal, grace) in [
+        (Signal::SIGTERM, std::time::Duration::from_secs(2)),
+        (Signal::SIGKILL, std::time::Duration::from_secs(1)),
+    ] {
+        let pids = members();
+        if pids.is_empty() {
+            return;
+        }
+        for pid in pids {
+            let _ = kill(nix::unistd::Pid::from_raw(pid), signal);
+        }
+        let deadline = std::time::Instant::now() + grace;
+        while !members().is_empty() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
     }
 }
 
@@ -352,7 +406,7 @@ fn forget_node_records(pin_dir: &std::path::Path) {
 
 impl Drop for Testbed {
     fn drop(&mut self) {
-        if self.owned {
+        if self.owner.take().is_some() {
             if let Err(e) = Testbed::down(&self.prefix) {
                 log::warn!("tearing down testbed {}: {e}", self.prefix);
             }

@@ -49,6 +49,10 @@ enum LabCmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = netdam_lab::interrupt::clean_up_on_signals("netdam-lab") {
+        eprintln!("error: cannot watch for SIGINT and SIGTERM: {e}");
+        return ExitCode::FAILURE;
+    }
     netdam_user::cli::run_to_exit(async move {
         match cli.cmd {
             LabCmd::Testbed(t) => testbed(t).await,
