@@ -430,8 +430,7 @@ impl MpiProgram {
 }
 
 /// How long one mpirun of the whole sweep may take (about a minute here):
-/// its launch has hung now and then, a daemon never calling back, and a
-/// benchmark must end by itself.
+/// a benchmark must end by itself, whatever MPI does.
 const MPIRUN_LIMIT: Duration = Duration::from_secs(300);
 
 fn print_table(a: &Args, rows: &[Row]) {

@@ -26,7 +26,7 @@ pub enum MpiError {
     UnknownHost { host: Ipv4Addr, prefix: String },
     #[error("`{0}` is needed: install OpenMPI (apt-get install openmpi-bin libopenmpi-dev; `cargo xtask setup` does)")]
     Missing(&'static str),
-    #[error("mpirun still running after {limit:?}: killed (its launch hangs now and then, an orted never calling back; run it again, with --mca plm_base_verbose 5 to see where); it had printed:\n{output}")]
+    #[error("mpirun still running after {limit:?}: killed (with --mca plm_base_verbose 5 it says where its launch stopped); it had printed:\n{output}")]
     Hung { limit: Duration, output: String },
     #[error(transparent)]
     Testbed(#[from] TestbedError),
@@ -35,9 +35,11 @@ pub enum MpiError {
 }
 
 /// The rsh agent of a testbed's MPI jobs, a script in the temporary
-/// directory, removed on drop.
+/// directory, and the daemons' session directories beside it; removed on
+/// drop.
 pub struct Mpirun {
     agent: PathBuf,
+    sessions: PathBuf,
     _on_interrupt: OnInterrupt,
 }
 
@@ -45,23 +47,40 @@ impl Mpirun {
     /// Writes the agent for `tb`'s hosts: `agent HOST CMD...` runs CMD in
     /// HOST's namespace.
     pub fn new(tb: &Testbed) -> Result<Mpirun, MpiError> {
+        let base = std::env::temp_dir().join(format!("netdam-mpi-{}-{}", tb.prefix, std::process::id()));
+        let agent = base.with_extension("agent");
+        let sessions = base.with_extension("sessions");
         let cases: String = tb
             .hosts
             .iter()
             .map(|h| format!("  {}) ns={} ;;\n", h.ip, h.netns))
             .collect();
+        // The hosts share one file system and one host name, so every
+        // daemon gets a session directory of its own: in a shared one,
+        // daemons starting at once fail to make theirs now and then
+        // ("File exists"), and a daemonized orted that fails leaves
+        // mpirun waiting for it for ever.
         let script = format!(
             "#!/bin/sh\n# mpirun's rsh agent for the testbed: enter the host's namespace, run the command.\n\
              host=$1; shift\ncase $host in\n{cases}  *) echo \"unknown host $host\" >&2; exit 1 ;;\nesac\n\
-             exec nsenter --net=/var/run/netns/$ns sh -c \"$*\"\n"
+             export OMPI_MCA_orte_tmpdir_base={}/$ns\nmkdir -p \"$OMPI_MCA_orte_tmpdir_base\"\n\
+             exec nsenter --net=/var/run/netns/$ns sh -c \"$*\"\n",
+            sh_quote(&sessions.to_string_lossy())
         );
-        let agent = std::env::temp_dir().join(format!("netdam-mpi-agent-{}-{}", tb.prefix, std::process::id()));
         let io = |e| MpiError::Io(format!("writing {}", agent.display()), e);
         std::fs::write(&agent, script).map_err(io)?;
         std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).map_err(io)?;
+        let _on_interrupt = OnInterrupt::register({
+            let (agent, sessions) = (agent.clone(), sessions.clone());
+            move || {
+                let _ = std::fs::remove_file(agent);
+                let _ = std::fs::remove_dir_all(sessions);
+            }
+        });
         Ok(Mpirun {
-            _on_interrupt: remove_on_interrupt(&agent),
             agent,
+            sessions,
+            _on_interrupt,
         })
     }
 
@@ -88,6 +107,13 @@ impl Mpirun {
         ])
         .args([OsStr::new("--mca"), OsStr::new("plm_rsh_agent"), self.agent.as_os_str()])
         .args(["--mca", "plm_rsh_no_tree_spawn", "1"])
+        // The daemons attached to their agents, so that one that fails to
+        // start fails the job instead of leaving mpirun waiting; and no
+        // hwloc topology shared through memory, which daemons writing it
+        // at once on one machine crashed in now and then (ranks are not
+        // bound here anyway).
+        .arg("--leave-session-attached")
+        .args(["--mca", "rtc", "^hwloc"])
         .args(["--mca", "pml", "ob1", "--mca", "btl", "tcp,self"])
         .args(["--mca", "btl_tcp_if_include", "198.18.0.0/24"])
         .args(["--mca", "oob_tcp_if_include", "198.18.0.0/24"])
@@ -100,6 +126,7 @@ impl Mpirun {
 impl Drop for Mpirun {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.agent);
+        let _ = std::fs::remove_dir_all(&self.sessions);
     }
 }
 
@@ -323,13 +350,24 @@ pub fn output_within(cmd: &mut Command, limit: Duration) -> Result<Output, MpiEr
     child.wait_with_output().map_err(io)
 }
 
-/// `output_within`, run once more if the first run hung: mpirun's launch
-/// hangs now and then (a daemon never calling back), and a job that hangs
-/// for its own reasons hangs twice.
+/// What mpirun says when a daemon it launched failed to start.
+const DAEMON_FAILED: &str = "ORTE was unable to reliably start one or more daemons";
+
+/// `output_within`, run once more if the first run hung or a daemon failed
+/// to start: daemons of one machine's hosts starting at once have failed
+/// now and then (see `Mpirun::new` for what was done about it), while a job
+/// that fails or hangs for its own reasons does so twice.
 pub fn output_within_retry(cmd: &mut Command, limit: Duration) -> Result<Output, MpiError> {
     match output_within(cmd, limit) {
         Err(MpiError::Hung { output, .. }) => {
             eprintln!("mpirun hung (killed after {limit:?}), once more; it had printed:\n{output}");
+            output_within(cmd, limit)
+        }
+        Ok(out) if !out.status.success() && String::from_utf8_lossy(&out.stderr).contains(DAEMON_FAILED) => {
+            eprintln!(
+                "a daemon of mpirun failed to start, once more; it said:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             output_within(cmd, limit)
         }
         out => out,
