@@ -18,6 +18,7 @@ import sys
 import threading
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -31,6 +32,15 @@ MEM_SIZE = "16MiB"
 # The whole memory is region RKEY, with READ, WRITE, ATOMIC and MSG.
 REGION = f"{RKEY:#x}:0:{MEM_SIZE}:rwam"
 MTU = 1500
+# NetDAM's operators as numpy computes them: the expected results.
+NUMPY_OPS = {
+    "sum": np.add,
+    "min": np.minimum,
+    "max": np.maximum,
+    "band": np.bitwise_and,
+    "bor": np.bitwise_or,
+    "bxor": np.bitwise_xor,
+}
 
 # Runs (function, args) from stdin in this namespace; pickles ("ok", result)
 # or ("raised", exception, traceback) to the real stdout (the function's

@@ -8,21 +8,13 @@ arithmetic (float32 rounding included)."""
 import numpy as np
 
 import netdam
-from conftest import MTU, NODES, RKEY
+from conftest import MTU, NODES, NUMPY_OPS as OPS, RKEY
 
 MEMBERS = [f"198.18.0.{i + 1}" for i in range(NODES)]
 # The scratch area at every member: 64 KiB, so that each half holds 32 KiB.
 SCRATCH_ADDR = 8 << 20
 SCRATCH_LEN = 64 << 10
 DTYPES = ["int32", "uint32", "int64", "uint64", "float32"]
-OPS = {
-    "sum": np.add,
-    "min": np.minimum,
-    "max": np.maximum,
-    "band": np.bitwise_and,
-    "bor": np.bitwise_or,
-    "bxor": np.bitwise_xor,
-}
 # Several chunks for every width, the last one partial.
 COUNT = 5000
 CASES = [

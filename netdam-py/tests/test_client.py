@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import netdam
-from conftest import RKEY
+from conftest import NUMPY_OPS, RKEY
 
 NODE = "198.18.0.1"
 
@@ -81,16 +81,6 @@ def vector_ops(dtype, op, addr):
     c.accumulate(RKEY, addr, values, op)
     accumulated = np.frombuffer(c.read(RKEY, addr, mem.nbytes), dtype)
     return mem, values, reduced, untouched, accumulated
-
-
-NUMPY_OPS = {
-    "sum": np.add,
-    "min": np.minimum,
-    "max": np.maximum,
-    "band": np.bitwise_and,
-    "bor": np.bitwise_or,
-    "bxor": np.bitwise_xor,
-}
 
 
 @pytest.mark.parametrize(
