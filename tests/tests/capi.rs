@@ -71,18 +71,19 @@ fn succeeded(c: &mut Command) -> String {
     String::from_utf8(o.stdout).expect("UTF-8 output")
 }
 
-/// tests/c/capi.c, compiled once per test process.
+/// tests/c/capi.c, compiled once per test process, into cargo's directory
+/// for integration tests' files (a static is never dropped: a temporary
+/// directory would be left behind).
 fn capi() -> &'static Path {
-    static EXE: OnceLock<(TempDir, PathBuf)> = OnceLock::new();
-    &EXE.get_or_init(|| {
+    static EXE: OnceLock<PathBuf> = OnceLock::new();
+    EXE.get_or_init(|| {
         let lib = netdam_bin().with_file_name("libnetdam.so");
         assert!(
             lib.exists(),
             "{} is missing: build it with `cargo xtask build` (or run `cargo xtask test`)",
             lib.display()
         );
-        let dir = TempDir::new("cc");
-        let exe = dir.0.join("capi");
+        let exe = Path::new(env!("CARGO_TARGET_TMPDIR")).join("capi");
         let libdir = lib.parent().expect("the library's directory").to_path_buf();
         succeeded(
             Command::new("cc")
@@ -94,9 +95,8 @@ fn capi() -> &'static Path {
                 .arg("-o")
                 .arg(&exe),
         );
-        (dir, exe)
+        exe
     })
-    .1
 }
 
 fn serve(tb: &Testbed, i: usize) -> Served {
