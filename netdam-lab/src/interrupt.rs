@@ -1,14 +1,17 @@
 //! Removing what a lab process made when it is interrupted (SIGINT,
 //! SIGTERM): testbeds (their namespaces, pins and whatever still runs in
-//! them) and temporary files register an action while they live; the first
+//! them) and temporary files (`TempPath`) register an action while they live; the first
 //! signal runs the live ones, newest first, and ends the process with
 //! 128 + the signal's number, as a shell reports a process the signal
 //! killed. Without `clean_up_on_signals` the signals keep their default
 //! action and the actions never run (drops do the work then).
 
-use std::sync::{
-    atomic::{AtomicU64, Ordering},
-    Mutex, MutexGuard, OnceLock,
+use std::{
+    path::{Path, PathBuf},
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Mutex, MutexGuard, OnceLock,
+    },
 };
 
 use signal_hook::{
@@ -45,6 +48,43 @@ impl Drop for OnInterrupt {
         // Waits while an interruption runs the actions: the process ends
         // after them, and the owner must not clean up at the same time.
         actions().retain(|(id, _)| *id != self.0);
+    }
+}
+
+/// A temporary file or directory of the process's own: removed on drop and
+/// if the process is interrupted while it lives.
+#[derive(Debug)]
+pub struct TempPath {
+    path: PathBuf,
+    _on_interrupt: OnInterrupt,
+}
+
+impl TempPath {
+    /// Takes charge of `path` (which need not exist yet).
+    pub fn new(path: PathBuf) -> TempPath {
+        let p = path.clone();
+        TempPath {
+            path,
+            _on_interrupt: OnInterrupt::register(move || remove(&p)),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempPath {
+    fn drop(&mut self) {
+        remove(&self.path);
+    }
+}
+
+fn remove(path: &Path) {
+    if path.is_dir() {
+        let _ = std::fs::remove_dir_all(path);
+    } else {
+        let _ = std::fs::remove_file(path);
     }
 }
 

@@ -8,7 +8,7 @@ use std::{
     ffi::OsStr,
     net::Ipv4Addr,
     os::unix::fs::PermissionsExt,
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Output, Stdio},
     time::{Duration, Instant},
 };
@@ -16,7 +16,7 @@ use std::{
 use thiserror::Error;
 
 use crate::{
-    interrupt::OnInterrupt,
+    interrupt::TempPath,
     testbed::{Served, Testbed, TestbedError},
 };
 
@@ -38,9 +38,8 @@ pub enum MpiError {
 /// directory, and the daemons' session directories beside it; removed on
 /// drop.
 pub struct Mpirun {
-    agent: PathBuf,
-    sessions: PathBuf,
-    _on_interrupt: OnInterrupt,
+    agent: TempPath,
+    _sessions: TempPath,
 }
 
 impl Mpirun {
@@ -48,8 +47,8 @@ impl Mpirun {
     /// HOST's namespace.
     pub fn new(tb: &Testbed) -> Result<Mpirun, MpiError> {
         let base = std::env::temp_dir().join(format!("netdam-mpi-{}-{}", tb.prefix, std::process::id()));
-        let agent = base.with_extension("agent");
-        let sessions = base.with_extension("sessions");
+        let agent = TempPath::new(base.with_extension("agent"));
+        let sessions = TempPath::new(base.with_extension("sessions"));
         let cases: String = tb
             .hosts
             .iter()
@@ -65,22 +64,12 @@ impl Mpirun {
              host=$1; shift\ncase $host in\n{cases}  *) echo \"unknown host $host\" >&2; exit 1 ;;\nesac\n\
              export OMPI_MCA_orte_tmpdir_base={}/$ns\nmkdir -p \"$OMPI_MCA_orte_tmpdir_base\"\n\
              exec nsenter --net=/var/run/netns/$ns sh -c \"$*\"\n",
-            sh_quote(&sessions.to_string_lossy())
+            sh_quote(&sessions.path().to_string_lossy())
         );
-        let io = |e| MpiError::Io(format!("writing {}", agent.display()), e);
-        std::fs::write(&agent, script).map_err(io)?;
-        std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).map_err(io)?;
-        let _on_interrupt = OnInterrupt::register({
-            let (agent, sessions) = (agent.clone(), sessions.clone());
-            move || {
-                let _ = std::fs::remove_file(agent);
-                let _ = std::fs::remove_dir_all(sessions);
-            }
-        });
+        write_script(agent.path(), &script)?;
         Ok(Mpirun {
             agent,
-            sessions,
-            _on_interrupt,
+            _sessions: sessions,
         })
     }
 
@@ -105,7 +94,11 @@ impl Mpirun {
             "-H",
             &hosts.join(","),
         ])
-        .args([OsStr::new("--mca"), OsStr::new("plm_rsh_agent"), self.agent.as_os_str()])
+        .args([
+            OsStr::new("--mca"),
+            OsStr::new("plm_rsh_agent"),
+            self.agent.path().as_os_str(),
+        ])
         .args(["--mca", "plm_rsh_no_tree_spawn", "1"])
         // No hwloc topology shared through memory, which daemons writing
         // it at once on one machine crashed in now and then (ranks are not
@@ -119,13 +112,6 @@ impl Mpirun {
         // More ranks than cores here: busy-polling ranks would starve each other.
         .args(["--mca", "mpi_yield_when_idle", "1", "--bind-to", "none"]);
         Ok(cmd)
-    }
-}
-
-impl Drop for Mpirun {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.agent);
-        let _ = std::fs::remove_dir_all(&self.sessions);
     }
 }
 
@@ -179,8 +165,7 @@ impl NetdamNodes {
 /// sets NETDAM_PIN_DIR to the rank's node, the job's other settings, and
 /// LD_PRELOAD for the program alone. Removed on drop.
 pub struct Preload {
-    script: PathBuf,
-    _on_interrupt: OnInterrupt,
+    script: TempPath,
 }
 
 impl Preload {
@@ -244,25 +229,14 @@ impl Preload {
         );
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!("netdam-mpi-preload-{}-{n}", std::process::id()));
-        let io = |e| MpiError::Io(format!("writing {}", path.display()), e);
-        std::fs::write(&path, script).map_err(io)?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).map_err(io)?;
-        Ok(Preload {
-            _on_interrupt: remove_on_interrupt(&path),
-            script: path,
-        })
+        let path = TempPath::new(std::env::temp_dir().join(format!("netdam-mpi-preload-{}-{n}", std::process::id())));
+        write_script(path.path(), &script)?;
+        Ok(Preload { script: path })
     }
 
     /// The script: `mpirun ... SCRIPT PROGRAM ARGS...`.
     pub fn path(&self) -> &Path {
-        &self.script
-    }
-}
-
-impl Drop for Preload {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.script);
+        self.script.path()
     }
 }
 
@@ -308,12 +282,11 @@ impl std::ops::AddAssign for OffloadCounts {
     }
 }
 
-/// Removes `path` if the process is interrupted while the guard lives.
-fn remove_on_interrupt(path: &Path) -> OnInterrupt {
-    let path = path.to_path_buf();
-    OnInterrupt::register(move || {
-        let _ = std::fs::remove_file(path);
-    })
+/// Writes an executable script.
+fn write_script(path: &Path, script: &str) -> Result<(), MpiError> {
+    let io = |e| MpiError::Io(format!("writing {}", path.display()), e);
+    std::fs::write(path, script).map_err(io)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).map_err(io)
 }
 
 /// `s` as one word of sh.

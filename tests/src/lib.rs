@@ -20,6 +20,18 @@ pub fn require_root() {
     netdam_lab::interrupt::clean_up_on_signals("test").expect("watching for SIGINT and SIGTERM");
 }
 
+/// A fresh directory `netdam-test-NAME-PID` in the temporary directory,
+/// removed on drop (also on panic, and on Ctrl-C through `require_root`'s
+/// handler).
+pub fn temp_dir(name: &str) -> netdam_lab::interrupt::TempPath {
+    let dir = netdam_lab::interrupt::TempPath::new(
+        std::env::temp_dir().join(format!("netdam-test-{name}-{}", std::process::id())),
+    );
+    let _ = std::fs::remove_dir_all(dir.path());
+    std::fs::create_dir_all(dir.path()).expect("a temporary directory");
+    dir
+}
+
 /// A testbed prefix no other test (or test binary) uses at the same time.
 pub fn unique_prefix() -> String {
     use std::sync::atomic::{AtomicU32, Ordering};

@@ -19,7 +19,7 @@ use netdam_common::{
     wire::{Alu, Dtype},
 };
 use netdam_lab::testbed::{Served, Testbed};
-use netdam_tests::{netdam_bin, require_root, unique_prefix};
+use netdam_tests::{netdam_bin, require_root, temp_dir, unique_prefix};
 use netdam_user::collective::{inputs::member_input, staged};
 
 /// Region of every node: all of its memory, READ, WRITE and ATOMIC.
@@ -36,23 +36,6 @@ fn root() -> PathBuf {
 
 fn header_dir() -> PathBuf {
     root().join("netdam-capi/include")
-}
-
-/// A directory of the test's own, removed on drop (also on panic).
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("netdam-capi-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&p).expect("make a temporary directory");
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn run(c: &mut Command) -> Output {
@@ -197,8 +180,8 @@ fn the_header_compiles_as_c_and_cpp_and_agrees_with_the_library() {
 
 #[test]
 fn settings_from_defaults_a_file_and_the_environment() {
-    let dir = TempDir::new("settings");
-    let file = dir.0.join("netdam.toml");
+    let dir = temp_dir("capi-settings");
+    let file = dir.path().join("netdam.toml");
     std::fs::write(
         &file,
         "iface = \"eth9\"\nrkey = \"0x1234\"\nscratch-len = \"1MiB\"\nmtu = 9000\n",
@@ -331,7 +314,7 @@ impl Case {
 fn c_allreduce_every_dtype_and_op_in_and_out_of_place_in_pieces_bit_exact() {
     const N: usize = 3;
     let (tb, _served) = testbed(N);
-    let dir = TempDir::new(&tb.prefix);
+    let dir = temp_dir(&format!("capi-{}", tb.prefix));
     let mut cases = Vec::new();
     for dtype in Dtype::ALL.iter().copied() {
         for alu in Alu::ALL.iter().copied() {
@@ -373,7 +356,7 @@ fn c_allreduce_every_dtype_and_op_in_and_out_of_place_in_pieces_bit_exact() {
             .map(|rank| {
                 let mut v = vec![0u8; bytes];
                 member_input(1000 + k as u64, rank, case.dtype, 0, &mut v);
-                std::fs::write(dir.0.join(format!("{}.in.{rank}", case.name)), &v).unwrap();
+                std::fs::write(dir.path().join(format!("{}.in.{rank}", case.name)), &v).unwrap();
                 v
             })
             .collect();
@@ -417,7 +400,7 @@ fn c_allreduce_every_dtype_and_op_in_and_out_of_place_in_pieces_bit_exact() {
                 &RKEY,
                 &0,
                 &SCRATCH_LEN,
-                &dir.0.display(),
+                &dir.path().display(),
                 &members,
             ]);
             args.extend(cases.iter().map(Case::arg));
@@ -468,7 +451,8 @@ fn c_allreduce_every_dtype_and_op_in_and_out_of_place_in_pieces_bit_exact() {
     );
     for (case, want) in cases.iter().zip(&expected) {
         for rank in 0..N {
-            let got = std::fs::read(dir.0.join(format!("{}.out.{rank}", case.name))).expect("the C program's output");
+            let got =
+                std::fs::read(dir.path().join(format!("{}.out.{rank}", case.name))).expect("the C program's output");
             let w = case.dtype.width() as usize;
             if let Some(i) = (0..want.len() / w).find(|&i| got[i * w..(i + 1) * w] != want[i * w..(i + 1) * w]) {
                 panic!(

@@ -22,10 +22,11 @@ use netdam_common::{
     wire::{Alu, Dtype, Status},
 };
 use netdam_lab::{
+    interrupt::TempPath,
     mpi::{mpicc, output_within_retry, Mpirun, NetdamNodes, Preload},
     testbed::Testbed,
 };
-use netdam_tests::{netdam_bin, netdam_mpi_lib, require_root, unique_prefix, venv_python};
+use netdam_tests::{netdam_bin, netdam_mpi_lib, require_root, temp_dir, unique_prefix, venv_python};
 use netdam_user::stats::Stats;
 
 const RKEY: u32 = 0x3D1;
@@ -43,15 +44,6 @@ const LIMIT: Duration = Duration::from_secs(120);
 
 /// One testbed of these tests at a time: the ranks of two MPI jobs would share 2 cores.
 static ONE_BED: Mutex<()> = Mutex::new(());
-
-/// A directory of the test's own, removed on drop.
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Where rank i runs: in host `host`, with its node or with none configured.
 #[derive(Clone, Copy)]
@@ -71,7 +63,7 @@ fn every_host() -> Vec<Rank> {
 struct MpiBed {
     _nodes: NetdamNodes,
     mpirun: Mpirun,
-    dir: TempDir,
+    dir: TempPath,
     tb: Testbed,
     _one: MutexGuard<'static, ()>,
 }
@@ -83,9 +75,7 @@ impl MpiBed {
         let tb = Testbed::up(&unique_prefix(), NODES, MTU).expect("testbed up");
         let nodes = NetdamNodes::serve(&tb, &netdam_bin(), RKEY, MEM, &[]).expect("netdam serve");
         let mpirun = Mpirun::new(&tb).expect("mpirun's agent");
-        let dir = TempDir(std::env::temp_dir().join(format!("netdam-mpi-test-{}", tb.prefix)));
-        let _ = std::fs::remove_dir_all(&dir.0);
-        std::fs::create_dir_all(&dir.0).expect("a temporary directory");
+        let dir = temp_dir(&format!("mpi-{}", tb.prefix));
         MpiBed {
             tb,
             _nodes: nodes,
@@ -97,7 +87,7 @@ impl MpiBed {
 
     /// tests/mpi/check.c, compiled.
     fn check_program(&self) -> PathBuf {
-        let exe = self.dir.0.join("check");
+        let exe = self.dir.path().join("check");
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi/check.c");
         mpicc(&[&src], &["-lm"], &exe).expect("mpicc tests/mpi/check.c");
         exe
@@ -403,7 +393,7 @@ fn expected_counters(records: &[Record], route: impl Fn(&Record) -> Result<&'sta
 /// check.c's sweep on `ranks` with or without the library: the records of every rank.
 fn sweep(bed: &MpiBed, ranks: &[Rank], preload: bool, sizes: &str) -> (Vec<Vec<Record>>, String) {
     let exe = bed.check_program();
-    let out_dir = bed.dir.0.join(if preload { "with" } else { "without" });
+    let out_dir = bed.dir.path().join(if preload { "with" } else { "without" });
     let _ = std::fs::remove_dir_all(&out_dir);
     std::fs::create_dir_all(&out_dir).unwrap();
     let o = bed.run(

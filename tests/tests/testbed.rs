@@ -646,12 +646,12 @@ fn batched_transfers_survive_loss_duplication_and_reordering() {
 fn an_interrupted_lab_run_removes_its_testbed_and_processes() {
     require_root();
     let prefix = unique_prefix();
-    let out = std::env::temp_dir().join(format!("netdam-interrupt-{prefix}"));
+    let out = netdam_tests::temp_dir(&format!("interrupt-{prefix}"));
     let mut run = std::process::Command::new(netdam_tests::netdam_lab_bin())
         .args(["testbed", "allreduce", "--nodes", "2", "--prefix", &prefix])
         .args(["--min-bytes", "16MiB", "--max-bytes", "16MiB", "--iters", "100000"])
         .arg("--out")
-        .arg(&out)
+        .arg(out.path())
         .env("NETDAM_BIN", netdam_bin())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -706,7 +706,6 @@ fn an_interrupted_lab_run_removes_its_testbed_and_processes() {
     };
     let mut stderr = String::new();
     std::io::Read::read_to_string(run.stderr.as_mut().unwrap(), &mut stderr).unwrap();
-    let _ = std::fs::remove_dir_all(&out);
     let left: Vec<String> = std::fs::read_dir("/run/netns")
         .map(|d| {
             d.flatten()
