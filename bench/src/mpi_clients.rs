@@ -27,6 +27,8 @@ use netdam_lab::{
 use netdam_tests::{netdam_bin, netdam_mpi_lib, require_root};
 use serde::Serialize;
 
+use crate::node::median;
+
 const PREFIX: &str = "nbmc";
 const PLAIN_PREFIX: &str = "nbmd";
 const RKEY: u32 = 0xBE4D;
@@ -215,12 +217,6 @@ fn parse_setting(s: &str) -> Result<(String, String), String> {
         }
         _ => Err(format!("{s:?}: NETDAM_NAME=VALUE")),
     }
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 fn report(p: &Program, version: String, samples: &BTreeMap<(System, u64), Vec<f64>>, counts: OffloadCounts) -> Report {

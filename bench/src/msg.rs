@@ -20,6 +20,8 @@ use netdam_lab::{
 use netdam_tests::{netdam_bin, require_root};
 use serde::Serialize;
 
+use crate::node::median;
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Repetitions (medians are reported).
@@ -53,12 +55,6 @@ struct Results {
 }
 
 const SIZES: [usize; 2] = [64, 1024];
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    s[s.len() / 2]
-}
 
 pub fn run(a: Args) -> Result<()> {
     require_root();

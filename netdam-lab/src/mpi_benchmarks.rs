@@ -14,7 +14,7 @@ use std::{
 
 use thiserror::Error;
 
-use crate::mpich_suite::{MpichSuite, SuiteError};
+use crate::mpich_suite::{run_logged, MpichSuite, SuiteError};
 
 #[derive(Debug, Error)]
 pub enum BenchmarkError {
@@ -35,8 +35,6 @@ pub enum BenchmarkError {
          bench builds in its own directory and leaves the source as it is)"
     )]
     ConfiguredInPlace(PathBuf),
-    #[error("{what} failed, log {log}:\n{tail}")]
-    Build { what: String, log: PathBuf, tail: String },
     #[error("no {what} in the benchmark's output:\n{output}")]
     Output { what: &'static str, output: String },
     #[error(transparent)]
@@ -291,27 +289,6 @@ fn build_imb(src: &Path, build_dir: &Path) -> Result<Program, BenchmarkError> {
         datatype: "MPI_FLOAT",
         version: None,
         extra_args: Vec::new(),
-    })
-}
-
-fn run_logged(cmd: &mut Command, what: &str, log: &Path) -> Result<(), BenchmarkError> {
-    let out = cmd.output().map_err(io(format!("running {what}")))?;
-    let text = format!(
-        "==> {what}\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut all = std::fs::read_to_string(log).unwrap_or_default();
-    all.push_str(&text);
-    std::fs::write(log, &all).map_err(io(format!("writing {}", log.display())))?;
-    if out.status.success() {
-        return Ok(());
-    }
-    let lines: Vec<&str> = text.lines().collect();
-    Err(BenchmarkError::Build {
-        what: what.to_string(),
-        log: log.to_path_buf(),
-        tail: lines[lines.len().saturating_sub(30)..].join("\n"),
     })
 }
 

@@ -378,8 +378,8 @@ fn check_sha256(file: &Path, want: &str, pkg: &Path) -> Result<(), SuiteError> {
 }
 
 /// Runs `cmd` with its output appended to `log`; on failure the error
-/// holds the log's last lines.
-fn run_logged(cmd: &mut Command, what: &str, log: &Path) -> Result<(), SuiteError> {
+/// holds the log's last lines. (Also how `mpi_benchmarks` builds OSU and IMB.)
+pub(crate) fn run_logged(cmd: &mut Command, what: &str, log: &Path) -> Result<(), SuiteError> {
     let mut file = File::options()
         .create(true)
         .append(true)
