@@ -9,13 +9,35 @@ use crate::{
     config::MAX_PAYLOAD,
     region::{perm, Region},
     validate::check_vector_type,
-    wire::{Alu, Dtype, NetdamHdr, Opcode, Status, CARRIER_LEN, HDR_LEN, VERSION},
+    wire::{Alu, Dtype, NetdamHdr, Opcode, Status, CARRIER_LEN, HDR_LEN, VERSION, VERSION_2},
 };
 
 /// Bytes of the SR header before the segments.
 pub const SR_FIXED_LEN: usize = 16;
 /// Bytes of one segment.
 pub const SEGMENT_LEN: usize = 8;
+/// Bytes a version-2 SR header has after its segments: the chunk's cell address.
+pub const SR_CELL_LEN: usize = 8;
+
+/// The completion cell of a version-2 CHAIN (docs/PROTOCOL.md, version 2):
+/// byte offsets of its fields from `cell_addr`, little-endian in memory.
+pub mod cell {
+    /// u32: the generation whose result the node stored last.
+    pub const DONE: u64 = 0;
+    /// u32: the generation of the partial held in `HOLD`.
+    pub const HELD: u64 = 4;
+    /// u32: seq of the held packet.
+    pub const HELD_SEQ: u64 = 8;
+    /// u8: SR idx of the held hop.
+    pub const HELD_IDX: u64 = 12;
+    /// The held partial, len bytes.
+    pub const HOLD: u64 = 16;
+    /// Bytes before the held partial.
+    pub const HDR_LEN: u64 = 16;
+    /// Alignment of `cell_addr`.
+    pub const ALIGN: u64 = 8;
+}
+
 /// Segments an SR header holds at most.
 pub const MAX_SEGMENTS: usize = 15;
 /// Members of a ring all-reduce at most (its program has 2(N-1) segments).
@@ -202,6 +224,21 @@ impl HopOp {
     }
 }
 
+/// Bytes of the SR header of a CHAIN of `version` with `n` segments.
+pub const fn sr_len_of(version: u8, n: usize) -> usize {
+    SR_FIXED_LEN
+        + SEGMENT_LEN * n
+        + match version {
+            VERSION_2 => SR_CELL_LEN,
+            _ => 0,
+        }
+}
+
+/// Offset of a version-2 SR header's cell address from the header's start.
+pub const fn cell_addr_off(n: u8) -> usize {
+    SR_FIXED_LEN + SEGMENT_LEN * n as usize
+}
+
 /// Where a CHAIN packet's SR header says it is, once its shape is checked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SrShape {
@@ -220,7 +257,7 @@ impl SrShape {
 /// sr_len (section 5 order). Failures here are answered to the sender.
 #[inline(always)]
 pub fn check_chain_preamble(h: &NetdamHdr) -> Result<(), Status> {
-    if h.version != VERSION {
+    if h.version != VERSION && h.version != VERSION_2 {
         return Err(Status::BadVersion);
     }
     if h.opcode != Opcode::Chain as u8 {
@@ -229,13 +266,13 @@ pub fn check_chain_preamble(h: &NetdamHdr) -> Result<(), Status> {
     crate::validate::check_sr_len(Opcode::Chain, h.sr_len)
 }
 
-/// The SR header's own consistency: n matches sr_len and idx < n. The
-/// origin cannot be trusted before this holds, so a failure is answered to
-/// the sender.
+/// The SR header's own consistency: n matches sr_len (of the CHAIN's
+/// `version`) and idx < n. The origin cannot be trusted before this holds,
+/// so a failure is answered to the sender.
 #[inline(always)]
-pub fn check_sr_shape(sr_len: u8, sr: &SrFixed) -> Result<SrShape, Status> {
+pub fn check_sr_shape(version: u8, sr_len: u8, sr: &SrFixed) -> Result<SrShape, Status> {
     let n = sr.n as usize;
-    if n == 0 || n > MAX_SEGMENTS || SR_FIXED_LEN + SEGMENT_LEN * n != sr_len as usize || sr.idx >= sr.n {
+    if n == 0 || n > MAX_SEGMENTS || sr_len_of(version, n) != sr_len as usize || sr.idx >= sr.n {
         return Err(Status::BadSr);
     }
     Ok(SrShape { n: sr.n, idx: sr.idx })
@@ -265,12 +302,15 @@ pub struct CheckedHop {
 /// rkey, permission and both ranges, for every hop op including NOP
 /// (docs/conformance.md 20). `next_is_peer` is whether the next segment's
 /// node may be forwarded to (true at the last segment); `times_named` is
-/// how many of the program's segments name this node.
+/// how many of the program's segments name this node. `cell_addr`: a
+/// version-2 CHAIN's cell, aligned (MISALIGNED) and with room for the held
+/// partial inside the region (OUT_OF_BOUNDS) for every hop but NOP.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub fn check_hop(
     h: &NetdamHdr,
     sr: &SrFixed,
+    cell_addr: Option<u64>,
     shape: SrShape,
     here: &Segment,
     next: &Segment,
@@ -315,6 +355,15 @@ pub fn check_hop(
             return Err(Status::Misaligned);
         }
     }
+    let cell_addr = match op {
+        HopOp::Nop => None,
+        _ => cell_addr,
+    };
+    if let Some(c) = cell_addr {
+        if !c.is_multiple_of(cell::ALIGN) {
+            return Err(Status::Misaligned);
+        }
+    }
     // NOP too: a key is what makes a node forward a stranger's bytes.
     let region = match region {
         Some(r) => r,
@@ -326,16 +375,50 @@ pub fn check_hop(
     if !region.contains(h.addr(), len as u64) || !region.contains(sr.dst_addr(), len as u64) {
         return Err(Status::OutOfBounds);
     }
+    if let Some(c) = cell_addr {
+        if !region.contains(c, cell::HDR_LEN + len as u64) {
+            return Err(Status::OutOfBounds);
+        }
+    }
     Ok(CheckedHop { op, vector })
 }
 
-/// Readiness (section 6): a hop other than NOP runs only if tag equals the
-/// region's generation; a later tag is NOT_READY, an earlier one STALE.
+/// What readiness lets a hop do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ready {
+    /// Run the hop (tag equals the generation, or a NOP).
+    Run,
+    /// Version 2, tag one behind the generation: this node has finished the
+    /// tag's generation; its stored result stands for the hop, which stores
+    /// nothing and continues after the program's last segment naming this node.
+    Repair,
+    /// Version 2, tag one past the generation, REDUCE or REDUCE_WRITE: hold
+    /// the partial in the cell until this node's host contributes.
+    Hold,
+}
+
+/// Readiness (section 6; version 2 in docs/PROTOCOL.md). Version 1: a hop
+/// other than NOP runs only if tag equals the region's generation; a later
+/// tag is NOT_READY, an earlier one STALE. Version 2 also repairs a tag one
+/// behind (ACCUMULATE: STALE) and holds a REDUCE or REDUCE_WRITE one ahead
+/// (WRITE, ACCUMULATE: NOT_READY).
 #[inline(always)]
-pub const fn check_ready(op: HopOp, tag: u32, generation: u32) -> Result<(), Status> {
+pub const fn check_ready(version: u8, op: HopOp, tag: u32, generation: u32) -> Result<Ready, Status> {
     if matches!(op, HopOp::Nop) || tag == generation {
-        Ok(())
-    } else if tag > generation {
+        return Ok(Ready::Run);
+    }
+    if version == VERSION_2 {
+        if generation != 0 && tag == generation - 1 {
+            return match op {
+                HopOp::Accumulate => Err(Status::Stale),
+                _ => Ok(Ready::Repair),
+            };
+        }
+        if generation != u32::MAX && tag == generation + 1 && matches!(op, HopOp::Reduce | HopOp::ReduceWrite) {
+            return Ok(Ready::Hold);
+        }
+    }
+    if tag > generation {
         Err(Status::NotReady)
     } else {
         Err(Status::Stale)
@@ -349,9 +432,17 @@ pub const fn hop_needs_window(h: &CheckedHop) -> bool {
     matches!((h.op, h.vector), (HopOp::Accumulate, Some((_, Alu::Add | Alu::Xor))))
 }
 
-/// Bytes of the SR header of a ring all-reduce of `members` nodes.
+/// Bytes of the SR header of a ring all-reduce of `members` nodes: a
+/// version-2 CHAIN (docs/PROTOCOL.md, version 2), which the engine sends.
 pub const fn ring_sr_len(members: usize) -> usize {
-    SR_FIXED_LEN + SEGMENT_LEN * 2 * (members - 1)
+    sr_len_of(VERSION_2, 2 * (members - 1))
+}
+
+/// Bytes from one chunk's cell to the next in a ring's cell area: the cell's
+/// header and room for a held chunk of `chunk_elems` elements of `width`
+/// bytes, rounded up to the cell's alignment.
+pub const fn ring_cell_stride(chunk_elems: u32, width: u32) -> u64 {
+    cell::HDR_LEN + (chunk_elems as u64 * width as u64).next_multiple_of(cell::ALIGN)
 }
 
 /// Elements per chunk packet (section 6): floor((MTU - 60 - sr_len) / w).
@@ -453,20 +544,58 @@ mod tests {
         assert_eq!([ring_hop(0, 2), ring_hop(1, 2)], [ReduceWrite, Write]);
         // The largest ring fits 15 segments.
         const { assert!(2 * (MAX_RING - 1) <= MAX_SEGMENTS) };
-        assert_eq!(ring_chunk_elems(1500, 4, 4), (1500 - 60 - 64) / 4);
+        assert_eq!(ring_chunk_elems(1500, 4, 4), (1500 - 60 - 72) / 4);
     }
 
     #[test]
     fn shape_and_readiness() {
         let sr = SrFixed::new(2, 1, 1, 1, 0);
-        assert_eq!(check_sr_shape(32, &sr), Ok(SrShape { n: 2, idx: 1 }));
-        assert_eq!(check_sr_shape(40, &sr), Err(Status::BadSr));
-        assert_eq!(check_sr_shape(32, &SrFixed::new(2, 2, 1, 1, 0)), Err(Status::BadSr));
-        assert_eq!(check_sr_shape(16, &SrFixed::new(0, 0, 1, 1, 0)), Err(Status::BadSr));
-        assert_eq!(check_ready(HopOp::Reduce, 5, 5), Ok(()));
-        assert_eq!(check_ready(HopOp::Reduce, 6, 5), Err(Status::NotReady));
-        assert_eq!(check_ready(HopOp::Write, 4, 5), Err(Status::Stale));
-        assert_eq!(check_ready(HopOp::Nop, 4, 5), Ok(()));
+        assert_eq!(check_sr_shape(VERSION, 32, &sr), Ok(SrShape { n: 2, idx: 1 }));
+        assert_eq!(check_sr_shape(VERSION, 40, &sr), Err(Status::BadSr));
+        // Version 2: the cell address follows the segments.
+        assert_eq!(check_sr_shape(VERSION_2, 40, &sr), Ok(SrShape { n: 2, idx: 1 }));
+        assert_eq!(check_sr_shape(VERSION_2, 32, &sr), Err(Status::BadSr));
+        assert_eq!(
+            check_sr_shape(VERSION, 32, &SrFixed::new(2, 2, 1, 1, 0)),
+            Err(Status::BadSr)
+        );
+        assert_eq!(
+            check_sr_shape(VERSION, 16, &SrFixed::new(0, 0, 1, 1, 0)),
+            Err(Status::BadSr)
+        );
+        use Ready::*;
+        for v in [VERSION, VERSION_2] {
+            assert_eq!(check_ready(v, HopOp::Reduce, 5, 5), Ok(Run));
+            assert_eq!(check_ready(v, HopOp::Nop, 4, 5), Ok(Run));
+            assert_eq!(check_ready(v, HopOp::Reduce, 7, 5), Err(Status::NotReady));
+            assert_eq!(check_ready(v, HopOp::Write, 3, 5), Err(Status::Stale));
+        }
+        assert_eq!(check_ready(VERSION, HopOp::Reduce, 6, 5), Err(Status::NotReady));
+        assert_eq!(check_ready(VERSION, HopOp::Write, 4, 5), Err(Status::Stale));
+        // Version 2: one ahead holds REDUCE and REDUCE_WRITE only; one behind repairs all but ACCUMULATE.
+        assert_eq!(check_ready(VERSION_2, HopOp::Reduce, 6, 5), Ok(Hold));
+        assert_eq!(check_ready(VERSION_2, HopOp::ReduceWrite, 6, 5), Ok(Hold));
+        assert_eq!(check_ready(VERSION_2, HopOp::Write, 6, 5), Err(Status::NotReady));
+        assert_eq!(check_ready(VERSION_2, HopOp::Accumulate, 6, 5), Err(Status::NotReady));
+        for op in [HopOp::Reduce, HopOp::ReduceWrite, HopOp::Write] {
+            assert_eq!(check_ready(VERSION_2, op, 4, 5), Ok(Repair));
+        }
+        assert_eq!(check_ready(VERSION_2, HopOp::Accumulate, 4, 5), Err(Status::Stale));
+        // No wrap-around at either end.
+        assert_eq!(
+            check_ready(VERSION_2, HopOp::Reduce, u32::MAX, 0),
+            Err(Status::NotReady)
+        );
+        assert_eq!(check_ready(VERSION_2, HopOp::Reduce, 0, u32::MAX), Err(Status::Stale));
+    }
+
+    #[test]
+    fn cells_and_the_version_2_ring() {
+        assert_eq!(sr_len_of(VERSION_2, 6), 16 + 48 + 8);
+        assert_eq!(cell_addr_off(6), 64);
+        assert_eq!(ring_sr_len(4), 72);
+        assert_eq!(ring_cell_stride(344, 4), 16 + 1376);
+        assert_eq!(ring_cell_stride(3, 4), 16 + 16);
     }
 
     #[test]
@@ -487,11 +616,11 @@ mod tests {
         h.dtype = Dtype::I32 as u8;
         h.alu = Alu::Add as u8;
         let sr = SrFixed::new(2, 0, 0xC612_0001, 40000, 64);
-        let shape = check_sr_shape(32, &sr).unwrap();
+        let shape = check_sr_shape(VERSION, 32, &sr).unwrap();
         let here = Segment::new(me.ip, me.port, HopOp::ReduceWrite);
         let next = Segment::new(0xC612_0001, 4793, HopOp::Write);
         let check = |h: &NetdamHdr, here: &Segment, next: &Segment, peer: bool, r: Option<&Region>| {
-            check_hop(h, &sr, shape, here, next, peer, 1, me, 1500, r)
+            check_hop(h, &sr, None, shape, here, next, peer, 1, me, 1500, r)
         };
         assert!(check(&h, &here, &next, true, Some(&rw)).is_ok());
         assert_eq!(check(&h, &here, &next, false, Some(&rw)), Err(Status::BadSr));
@@ -525,7 +654,7 @@ mod tests {
         let other_port = Segment::new(0xC612_0001, 53, HopOp::Write);
         assert_eq!(check(&h, &here, &other_port, true, Some(&rw)), Err(Status::BadSr));
         // A program may name this node twice (a ring does), not three times.
-        let named = |times: u32| check_hop(&h, &sr, shape, &here, &next, true, times, me, 1500, Some(&rw));
+        let named = |times: u32| check_hop(&h, &sr, None, shape, &here, &next, true, times, me, 1500, Some(&rw));
         assert!(named(2).is_ok());
         assert_eq!(named(3), Err(Status::BadSr));
         // NOP needs a key and in-bounds ranges but no permission; WRITE needs no dtype.
@@ -538,6 +667,15 @@ mod tests {
         hw.dtype = 0;
         let write = Segment::new(me.ip, me.port, HopOp::Write);
         assert!(check(&hw, &write, &next, true, Some(&rw)).is_ok());
+        // Version 2's cell: aligned, with room for the held partial, except for NOP.
+        let cell = |c: u64, here: &Segment, r: &Region| {
+            check_hop(&h, &sr, Some(c), shape, here, &next, true, 1, me, 1500, Some(r))
+        };
+        assert!(cell(4096 - 24, &here, &rw).is_ok());
+        assert_eq!(cell(4096 - 20, &here, &rw), Err(Status::Misaligned));
+        assert_eq!(cell(4096 - 16, &here, &rw), Err(Status::OutOfBounds));
+        assert!(cell(4096 - 20, &nop, &rw).is_ok());
+        assert!(cell(1 << 40, &nop, &rw).is_ok());
     }
     #[test]
     fn ring_result_folds_in_the_ring_order_of_each_chunk() {

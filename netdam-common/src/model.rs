@@ -15,15 +15,15 @@ use std::{collections::HashMap, net::Ipv4Addr};
 
 use crate::{
     chain::{
-        check_chain_preamble, check_hop, check_ready, check_sr_shape, hop_needs_window, HopOp, Me, Segment, SrFixed,
-        SEGMENT_LEN, SR_FIXED_LEN,
+        cell, cell_addr_off, check_chain_preamble, check_hop, check_ready, check_sr_shape, hop_needs_window, HopOp, Me,
+        Ready, Segment, SrFixed, SEGMENT_LEN, SR_FIXED_LEN,
     },
     config::PeerEntry,
     counters::{op_status, Event},
     split::UMEM_FRAME_MAX,
     validate::{answers, check_access, check_header, len_past_datagram, needs_window},
     window::{judge, state, tag, Slot, Verdict, SLOTS},
-    wire::{flags, is_unanswerable_source, Alu, Dtype, ETH_P_IPV4, HDR_LEN, IPPROTO_UDP, MAGIC},
+    wire::{flags, is_unanswerable_source, Alu, Dtype, ETH_P_IPV4, HDR_LEN, IPPROTO_UDP, MAGIC, VERSION_2},
     NetdamHdr, Opcode, Region, Status,
 };
 
@@ -346,7 +346,7 @@ impl ModelNode {
         if self.peers.is_empty() {
             return Self::outcome(f, Action::Drop, Some(Event::DropChainNoPeers as u32));
         }
-        let shape = match check_sr_shape(h.sr_len, &fixed) {
+        let shape = match check_sr_shape(h.version, h.sr_len, &fixed) {
             Ok(shape) => shape,
             // The origin is not to be trusted: the sender gets the answer.
             Err(s) => {
@@ -355,7 +355,8 @@ impl ModelNode {
             }
         };
         let origin = Ipv4Addr::from(fixed.origin_ip());
-        let is_peer = |ip: Ipv4Addr| self.peers.contains(&ip);
+        let peers = self.peers.clone();
+        let is_peer = |ip: Ipv4Addr| peers.contains(&ip);
         // The node's own host may originate; any other origin must be a peer.
         if is_unanswerable_source(fixed.origin_ip()) || !(origin == self.ip || is_peer(origin)) {
             return Self::outcome(f, Action::Drop, Some(Event::DropBadOrigin as u32));
@@ -370,6 +371,10 @@ impl ModelNode {
             ip: u32::from(self.ip),
             port: self.port,
         };
+        let cell = (h.version == VERSION_2).then(|| {
+            let at = cell_addr_off(shape.n);
+            u64::from_be_bytes(sr[at..at + 8].try_into().expect("sr_len covers the cell address"))
+        });
         let region = self.regions.iter().find(|(k, _)| *k == h.rkey()).map(|(_, r)| *r);
         let next_is_peer = !shape.forwards() || is_peer(Ipv4Addr::from(next.ip()));
         let times_named = (0..shape.n as usize).filter(|i| segment(*i).names(me)).count() as u32;
@@ -378,6 +383,7 @@ impl ModelNode {
         let result = check_hop(
             h,
             &fixed,
+            cell,
             shape,
             &here,
             &next,
@@ -389,36 +395,70 @@ impl ModelNode {
         )
         .and_then(|hop| {
             let generation = self.generations.get(&h.rkey()).copied().unwrap_or(0);
-            check_ready(hop.op, h.tag(), generation)?;
+            let (a, dst, n) = (h.addr() as usize, fixed.dst_addr() as usize, out.len());
+            match check_ready(h.version, hop.op, h.tag(), generation)? {
+                Ready::Run => {}
+                Ready::Hold => {
+                    let c = cell.expect("version 2") as usize;
+                    self.mem[c + cell::HOLD as usize..][..n].copy_from_slice(&out);
+                    self.put_u32(c + cell::HELD_SEQ as usize, h.seq());
+                    self.mem[c + cell::HELD_IDX as usize] = shape.idx;
+                    self.put_u32(c + cell::HELD as usize, h.tag());
+                    return Err(Status::Held);
+                }
+                Ready::Repair => {
+                    if matches!(hop.op, HopOp::Reduce | HopOp::ReduceWrite) {
+                        out.copy_from_slice(&self.mem[dst..dst + n]);
+                    }
+                    let last = (shape.idx..shape.n).rev().find(|i| segment(*i as usize).names(me));
+                    return Ok(Exit::Repaired(last.expect("segment idx names this node")));
+                }
+            }
             let key = (origin, fixed.origin_port(), shape.idx as u16 + 1);
             let windowed = hop_needs_window(&hop);
             if windowed {
                 self.claim(key, h.seq(), true, &mut counters)?;
             }
-            self.hop(
-                hop.op,
-                hop.vector,
-                h.addr() as usize,
-                fixed.dst_addr() as usize,
-                &mut out,
-            );
+            self.hop(hop.op, hop.vector, a, dst, &mut out);
             if windowed {
                 self.complete(key, h.seq(), 0);
             }
-            Ok(hop.op)
+            if let (Some(c), HopOp::Write | HopOp::ReduceWrite) = (cell, hop.op) {
+                self.put_u32(c as usize + cell::DONE as usize, h.tag());
+            }
+            Ok(Exit::Ran(shape.idx))
         });
-        let op = match result {
-            Ok(op) => op,
+        // The segment the packet leaves from: this hop, or the last one naming
+        // this node when a late copy is repaired.
+        let exit = match result {
+            Ok(Exit::Ran(i)) => i,
+            Ok(Exit::Repaired(i)) => {
+                let after = i + 1;
+                let bad = after < shape.n && {
+                    let s = segment(after as usize);
+                    !is_peer(Ipv4Addr::from(s.ip())) || s.port() != me.port || s.ip() == me.ip
+                };
+                if bad {
+                    counters.extend(count(Status::BadSr));
+                    return self.to_origin(f, h, &fixed, sr, Status::BadSr, &[], counters);
+                }
+                counters.push(Event::ChainRepaired as u32);
+                i
+            }
             Err(s) => {
                 counters.extend(count(s));
                 return self.to_origin(f, h, &fixed, sr, s, &[], counters);
             }
         };
         counters.extend(count(Status::Ok));
-        if !shape.forwards() {
+        if exit + 1 >= shape.n {
+            let op = HopOp::from_u8(segment(exit as usize).op).expect("checked");
             let answer = if op.answer_carries_payload() { &out[..] } else { &[] };
-            return self.to_origin(f, h, &fixed, sr, Status::Ok, answer, counters);
+            let mut sr = sr.to_vec();
+            sr[1] = exit;
+            return self.to_origin(f, h, &fixed, &sr, Status::Ok, answer, counters);
         }
+        let next = segment(exit as usize + 1);
         let Some(mac) = self.neighbours.get(&Ipv4Addr::from(next.ip())) else {
             counters.push(Event::DropPeerUnresolved as u32);
             return Outcome {
@@ -438,13 +478,18 @@ impl ModelNode {
             tos: f[15],
         };
         let mut sr = sr.to_vec();
-        sr[1] += 1;
+        sr[1] = exit + 1;
         let frame = self.frame(&to, &h.to_bytes(), &sr, &out);
         Outcome {
             action: Action::Tx,
             frame,
             counters,
         }
+    }
+
+    /// Stores a little-endian u32 at `at` (a cell field).
+    fn put_u32(&mut self, at: usize, v: u32) {
+        self.mem[at..at + 4].copy_from_slice(&v.to_le_bytes());
     }
 
     /// Runs a hop op on the payload `out` and memory (validated ranges).
@@ -645,4 +690,13 @@ pub fn combine(d: Dtype, alu: Alu, a: &[u8], b: &[u8]) -> Vec<u8> {
     let mut v = a.to_vec();
     crate::alu::combine_into(d, alu, &mut v, b);
     v
+}
+
+/// Where a CHAIN hop that ran leaves its program.
+enum Exit {
+    /// Ran at SR idx `0`.
+    Ran(u8),
+    /// A version-2 late copy, repaired: continues after this segment, the
+    /// program's last naming this node.
+    Repaired(u8),
 }

@@ -4,6 +4,9 @@
 pub const DEFAULT_PORT: u16 = 4793;
 pub const MAGIC: u8 = 0xDA;
 pub const VERSION: u8 = 1;
+/// Version 2 (docs/PROTOCOL.md, the version-2 section): CHAIN only, with
+/// hops that hold early partials, repair late copies and stamp completion.
+pub const VERSION_2: u8 = 2;
 /// Bytes of the NetDAM header.
 pub const HDR_LEN: usize = 32;
 /// Ethernet II + IPv4 without options + UDP: the carrier of every packet a node sends.
@@ -81,6 +84,7 @@ code_points! {
         BadSr = 12, "BAD_SR";
         TooLarge = 13, "TOO_LARGE";
         Forbidden = 14, "FORBIDDEN";
+        Held = 15, "HELD";
     }
 }
 
@@ -273,9 +277,9 @@ mod tests {
         for s in Status::ALL {
             assert_eq!(Status::from_u8(*s as u8), Some(*s));
         }
-        assert_eq!(Status::ALL.len(), 15);
+        assert_eq!(Status::ALL.len(), 16);
         assert_eq!(Opcode::from_u8(0x0A), None);
-        assert_eq!(Status::from_u8(15), None);
+        assert_eq!(Status::from_u8(16), None);
     }
 }
 

@@ -1,43 +1,74 @@
 //! `cargo xtask protocol`: docs/PROTOCOL.md is the wire contract with this
-//! implementation's settled readings folded in as marked blocks; without the
-//! blocks it must equal, byte for byte, the copy beside the repository
+//! implementation's settled readings folded in as marked blocks, and its
+//! version-2 section as one more marked block; without the blocks it must
+//! equal, byte for byte, the copy beside the repository
 //! (`../shared/PROTOCOL.md`), so that the two never drift apart silently.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context as _, Result};
 
-const OPEN: &str = "<!-- reading";
-const CLOSE: &str = "<!-- /reading -->";
+/// A kind of marked block: its name in messages, how its first line starts,
+/// and its closing line.
+struct Block {
+    name: &'static str,
+    open: &'static str,
+    close: &'static str,
+}
 
-/// The text of docs/PROTOCOL.md with every reading block (and the blank line
-/// that sets it off) taken away.
+const READING: Block = Block {
+    name: "reading",
+    open: "<!-- reading",
+    close: "<!-- /reading -->",
+};
+/// The version-2 section (issue 27): this project's design beyond version 1.
+const VERSION_2: Block = Block {
+    name: "version 2",
+    open: "<!-- version 2 -->",
+    close: "<!-- /version 2 -->",
+};
+const BLOCKS: [Block; 2] = [READING, VERSION_2];
+
+/// The text of docs/PROTOCOL.md with every reading block and the version-2
+/// block (each with the blank line that sets it off) taken away.
 pub fn strip_readings(text: &str) -> Result<String, String> {
     let mut out: Vec<&str> = Vec::new();
     let mut lines = text.split('\n').enumerate();
     while let Some((n, line)) = lines.next() {
-        if !line.starts_with(OPEN) {
-            if line.starts_with(CLOSE) {
-                return Err(format!("line {}: {CLOSE} without a reading before it", n + 1));
+        let Some(block) = BLOCKS.iter().find(|b| line.starts_with(b.open)) else {
+            if let Some(b) = BLOCKS.iter().find(|b| line.starts_with(b.close)) {
+                return Err(format!("line {}: {} without a {} before it", n + 1, b.close, b.name));
             }
             out.push(line);
             continue;
-        }
+        };
         if out.pop() != Some("") {
-            return Err(format!("line {}: a reading block must follow a blank line", n + 1));
+            return Err(format!(
+                "line {}: a {} block must follow a blank line",
+                n + 1,
+                block.name
+            ));
         }
         loop {
             match lines.next() {
-                Some((_, l)) if l == CLOSE => break,
-                Some((m, l)) if l.starts_with(OPEN) => {
+                Some((_, l)) if l == block.close => break,
+                Some((m, l)) if BLOCKS.iter().any(|b| l.starts_with(b.open)) => {
                     return Err(format!(
-                        "line {}: a reading opens inside the reading of line {}",
+                        "line {}: a block opens inside the {} of line {}",
                         m + 1,
+                        block.name,
                         n + 1
                     ))
                 }
                 Some(_) => {}
-                None => return Err(format!("line {}: reading never closed with {CLOSE}", n + 1)),
+                None => {
+                    return Err(format!(
+                        "line {}: {} never closed with {}",
+                        n + 1,
+                        block.name,
+                        block.close
+                    ))
+                }
             }
         }
     }
@@ -93,9 +124,13 @@ pub fn check(root: &Path) -> Result<()> {
             orig_path.display()
         );
     }
-    let readings = copy.lines().filter(|l| l.starts_with(OPEN)).count();
+    let readings = copy.lines().filter(|l| l.starts_with(READING.open)).count();
+    let v2 = match copy.lines().any(|l| l == VERSION_2.open) {
+        true => " and the version-2 section",
+        false => "",
+    };
     println!(
-        "protocol check ok: docs/PROTOCOL.md is {} with {readings} reading blocks",
+        "protocol check ok: docs/PROTOCOL.md is {} with {readings} reading blocks{v2}",
         orig_path.display()
     );
     Ok(())
@@ -125,6 +160,16 @@ mod tests {
             strip_readings("a\n<!-- /reading -->").unwrap_err(),
             "line 2: <!-- /reading --> without a reading before it"
         );
+        assert_eq!(
+            strip_readings("a\n\n<!-- version 2 -->\n<!-- reading -->\n").unwrap_err(),
+            "line 4: a block opens inside the version 2 of line 3"
+        );
+    }
+
+    #[test]
+    fn the_version_2_section_comes_out_too() {
+        let copy = "a\n\n<!-- version 2 -->\n## v2\n<!-- /version 2 -->\n";
+        assert_eq!(strip_readings(copy).unwrap(), "a\n");
     }
 
     #[test]
