@@ -402,7 +402,7 @@ impl ModelNode {
                     let c = cell.expect("version 2") as usize;
                     self.mem[c + cell::HOLD as usize..][..n].copy_from_slice(&out);
                     self.put_u32(c + cell::HELD_SEQ as usize, h.seq());
-                    self.mem[c + cell::HELD_IDX as usize] = shape.idx;
+                    self.put_u32(c + cell::HELD_IDX as usize, shape.idx as u32);
                     self.put_u32(c + cell::HELD as usize, h.tag());
                     return Err(Status::Held);
                 }
