@@ -30,6 +30,8 @@ pub mod cell {
     pub const HELD_SEQ: u64 = 8;
     /// u8: SR idx of the held hop.
     pub const HELD_IDX: u64 = 12;
+    /// u16: the held packet's origin_port.
+    pub const HELD_PORT: u64 = 14;
     /// The held partial, len bytes.
     pub const HOLD: u64 = 16;
     /// Bytes before the held partial.

@@ -402,7 +402,8 @@ impl ModelNode {
                     let c = cell.expect("version 2") as usize;
                     self.mem[c + cell::HOLD as usize..][..n].copy_from_slice(&out);
                     self.put_u32(c + cell::HELD_SEQ as usize, h.seq());
-                    self.put_u32(c + cell::HELD_IDX as usize, shape.idx as u32);
+                    let idx_port = shape.idx as u32 | (fixed.origin_port() as u32) << 16;
+                    self.put_u32(c + cell::HELD_IDX as usize, idx_port);
                     self.put_u32(c + cell::HELD as usize, h.tag());
                     return Err(Status::Held);
                 }
