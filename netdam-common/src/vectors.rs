@@ -9,11 +9,11 @@ use std::{collections::BTreeMap, net::Ipv4Addr};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    chain::{HopOp, Segment as SrSegment, SrFixed, SEGMENT_LEN, SR_FIXED_LEN},
+    chain::{cell, HopOp, Segment as SrSegment, SrFixed, SEGMENT_LEN, SR_CELL_LEN, SR_FIXED_LEN},
     frame::{netdam_frame, udp_frame, Endpoint, Ipv4Opts},
     model::{Action, ModelNode},
     region::perm,
-    wire::{flags, Alu, Dtype, DEFAULT_PORT},
+    wire::{flags, Alu, Dtype, DEFAULT_PORT, VERSION, VERSION_2},
     NetdamHdr, Opcode, Region,
 };
 
@@ -324,7 +324,8 @@ impl Gen {
         let origin = self.client();
         let (origin_ip, origin_port) = c.origin.unwrap_or((origin.ip, origin.port));
         let mut h = NetdamHdr::request(Opcode::Chain);
-        h.sr_len = (SR_FIXED_LEN + SEGMENT_LEN * c.segs.len()) as u8;
+        h.version = c.version;
+        h.sr_len = (SR_FIXED_LEN + SEGMENT_LEN * c.segs.len() + c.cell.map_or(0, |_| SR_CELL_LEN)) as u8;
         h.dtype = c.dtype;
         h.alu = c.alu;
         h.set_addr(c.addr);
@@ -338,6 +339,9 @@ impl Gen {
             .to_vec();
         for (ip, op) in &c.segs {
             rest.extend_from_slice(&SrSegment::new(u32::from(*ip), DEFAULT_PORT, *op).to_bytes());
+        }
+        if let Some(cell) = c.cell {
+            rest.extend_from_slice(&cell.to_be_bytes());
         }
         rest.extend_from_slice(payload);
         let sender = match c.idx.checked_sub(1).and_then(|i| c.segs.get(i as usize)) {
@@ -368,6 +372,10 @@ struct Chain {
     addr: u64,
     dst_addr: u64,
     tag: u32,
+    /// The NetDAM header's version (1, or 2 for the version-2 CHAIN).
+    version: u8,
+    /// The cell address the SR header carries after its segments (version 2).
+    cell: Option<u64>,
 }
 
 impl Chain {
@@ -387,26 +395,45 @@ impl Chain {
             addr: RW_BASE + 0x100,
             dst_addr: RW_BASE + 0x800,
             tag: CHAIN_GEN,
+            version: VERSION,
+            cell: None,
+        }
+    }
+
+    /// `at`, as a version-2 CHAIN with its cell at CHAIN_CELL.
+    fn v2(idx: u8, op: HopOp) -> Chain {
+        Chain {
+            version: VERSION_2,
+            cell: Some(CHAIN_CELL),
+            ..Chain::at(idx, op)
         }
     }
 }
 
+/// The completion cell of version-2 CHAIN vectors, in the read-write region.
+const CHAIN_CELL: u64 = RW_BASE + 0x1000;
+
 /// The generation of the read-write region on CHAIN vectors' node.
 const CHAIN_GEN: u32 = 7;
 
-/// CHAIN (section 6): every hop op at every position, every failure at
-/// every idx, readiness, the window of ACCUMULATE hops, routing and peers.
-fn chain_vectors(g: &mut Gen) {
-    // A CHAIN runs only with a peer table (docs/conformance.md 20); UNRESOLVED
-    // is a peer whose MAC the controller has not bound yet.
-    let node = NodeCfg {
+/// The node of the CHAIN vectors. A CHAIN runs only with a peer table
+/// (docs/conformance.md 20); UNRESOLVED is a peer whose MAC the controller
+/// has not bound yet.
+fn chain_node() -> NodeCfg {
+    NodeCfg {
         generations: vec![GenerationCfg {
             rkey: RKEY_RW,
             generation: CHAIN_GEN,
         }],
         peers: vec![CLIENT_IP, HOP_A, HOP_B, UNRESOLVED],
         ..default_node()
-    };
+    }
+}
+
+/// CHAIN (section 6): every hop op at every position, every failure at
+/// every idx, readiness, the window of ACCUMULATE hops, routing and peers.
+fn chain_vectors(g: &mut Gen) {
+    let node = chain_node();
     let input = RW_BASE + 0x100;
     let output = RW_BASE + 0x800;
     let watch = [(input, 64), (output, 64)];
@@ -666,6 +693,338 @@ fn chain_vectors(g: &mut Gen) {
         &node,
         &mem,
         vec![f.clone(), f],
+        &watch,
+    );
+}
+
+/// Version 2 of CHAIN (docs/PROTOCOL.md, the version-2 section): the cell
+/// trailer and its checks, readiness that holds a partial one generation
+/// ahead and repairs a copy one generation behind, the `done` stamp, and
+/// version 2 refused outside CHAIN.
+fn chain_v2_vectors(g: &mut Gen) {
+    let node = chain_node();
+    let input = RW_BASE + 0x100;
+    let output = RW_BASE + 0x800;
+    let cell_len = (cell::HDR_LEN + 64) as usize;
+    let watch = [(input, 64), (output, 64), (CHAIN_CELL, cell_len)];
+    // The cell as a previous generation left it: done 6, a partial of
+    // generation 6 held at idx 0 by seq 0x1ff.
+    let old_cell = |g: &mut Gen| {
+        let mut c = Vec::with_capacity(cell_len);
+        c.extend_from_slice(&(CHAIN_GEN - 1).to_le_bytes());
+        c.extend_from_slice(&(CHAIN_GEN - 1).to_le_bytes());
+        c.extend_from_slice(&0x1FFu32.to_le_bytes());
+        c.extend_from_slice(&[0; 4]);
+        c.extend_from_slice(&g.bytes(64));
+        c
+    };
+    let place = |g: &mut Gen| {
+        let c = old_cell(g);
+        vec![(input, g.bytes(64)), (output, g.bytes(64)), (CHAIN_CELL, c)]
+    };
+    let position = |idx: u8| ["first", "middle", "last"][idx as usize];
+    let name = |op: HopOp| op.name().to_lowercase();
+    // tag == generation: the hop runs as in version 1; WRITE and REDUCE_WRITE stamp done.
+    for op in HopOp::ALL {
+        for idx in 0..3u8 {
+            let mem = place(g);
+            let f = g.chain_random(&Chain::v2(idx, *op));
+            let rule = match op {
+                HopOp::Write | HopOp::ReduceWrite => {
+                    "§v2: at tag == generation a version-2 WRITE or REDUCE_WRITE hop runs as in version 1, then sets the cell's done to the tag"
+                }
+                _ => "§v2: at tag == generation a version-2 hop runs as in version 1 (only WRITE and REDUCE_WRITE set done)",
+            };
+            g.case(
+                &format!("chain_v2_{}_{}", name(*op), position(idx)),
+                rule,
+                &node,
+                &mem,
+                vec![f],
+                &watch,
+            );
+        }
+    }
+    // tag == generation + 1: REDUCE and REDUCE_WRITE are held in the cell.
+    for op in [HopOp::Reduce, HopOp::ReduceWrite] {
+        for idx in 0..3u8 {
+            let mem = place(g);
+            let c = Chain {
+                tag: CHAIN_GEN + 1,
+                ..Chain::v2(idx, op)
+            };
+            let f = g.chain_random(&c);
+            g.case(
+                &format!("chain_v2_{}_held_{}", name(op), position(idx)),
+                "§v2: a REDUCE or REDUCE_WRITE hop at tag == generation + 1 is held: the payload in the cell's hold, then held_seq, held_idx and held_port (the origin_port), then held = tag; the origin is answered HELD (SR idx = this hop), nothing else stored",
+                &node,
+                &mem,
+                vec![f],
+                &watch,
+            );
+        }
+    }
+    for op in [HopOp::Write, HopOp::Accumulate] {
+        let mem = place(g);
+        let c = Chain {
+            tag: CHAIN_GEN + 1,
+            ..Chain::v2(1, op)
+        };
+        let f = g.chain_random(&c);
+        g.case(
+            &format!("chain_v2_{}_ahead_not_ready", name(op)),
+            "§v2: a WRITE or ACCUMULATE hop at tag == generation + 1 is NOT_READY (only REDUCE and REDUCE_WRITE are held)",
+            &node,
+            &mem,
+            vec![f],
+            &watch,
+        );
+    }
+    // tag == generation - 1: repaired from this node's result, or STALE.
+    let repair_rule = "§v2: a REDUCE or REDUCE_WRITE hop at tag == generation - 1 is repaired: the payload becomes mem[dst_addr..+len], nothing is stored, and the packet continues after the program's last segment naming this node";
+    let twice = |op: HopOp| Chain {
+        segs: vec![
+            (NODE_IP, op),
+            (HOP_A, HopOp::ReduceWrite),
+            (NODE_IP, HopOp::Write),
+            (HOP_B, HopOp::Write),
+        ],
+        tag: CHAIN_GEN - 1,
+        ..Chain::v2(0, op)
+    };
+    let mem = place(g);
+    let f = g.chain_random(&twice(HopOp::Reduce));
+    g.case("chain_v2_reduce_repaired", repair_rule, &node, &mem, vec![f], &watch);
+    let mem = place(g);
+    let c = Chain {
+        segs: vec![
+            (HOP_A, HopOp::Reduce),
+            (NODE_IP, HopOp::ReduceWrite),
+            (HOP_B, HopOp::Write),
+            (NODE_IP, HopOp::Write),
+            (HOP_A, HopOp::Write),
+        ],
+        tag: CHAIN_GEN - 1,
+        ..Chain::v2(1, HopOp::ReduceWrite)
+    };
+    let f = g.chain_random(&c);
+    g.case(
+        "chain_v2_reduce_write_repaired",
+        repair_rule,
+        &node,
+        &mem,
+        vec![f],
+        &watch,
+    );
+    let mem = place(g);
+    let c = Chain {
+        tag: CHAIN_GEN - 1,
+        ..Chain::v2(1, HopOp::Write)
+    };
+    let f = g.chain_random(&c);
+    g.case(
+        "chain_v2_write_repaired",
+        "§v2: a WRITE hop at tag == generation - 1 is repaired: it keeps its payload, stores nothing (data or done) and forwards",
+        &node,
+        &mem,
+        vec![f],
+        &watch,
+    );
+    let mem = place(g);
+    let c = Chain {
+        tag: CHAIN_GEN - 1,
+        ..Chain::v2(1, HopOp::Accumulate)
+    };
+    let f = g.chain_random(&c);
+    g.case(
+        "chain_v2_accumulate_behind_stale",
+        "§v2: an ACCUMULATE hop at tag == generation - 1 is STALE (never repaired)",
+        &node,
+        &mem,
+        vec![f],
+        &watch,
+    );
+    let last_rule = "§v2: a repair whose last segment naming this node is the program's last answers the origin OK as that segment would (its payload for REDUCE), with SR idx = that segment";
+    let mem = place(g);
+    let c = Chain {
+        segs: vec![
+            (NODE_IP, HopOp::ReduceWrite),
+            (HOP_A, HopOp::Write),
+            (NODE_IP, HopOp::Write),
+        ],
+        tag: CHAIN_GEN - 1,
+        ..Chain::v2(0, HopOp::ReduceWrite)
+    };
+    let f = g.chain_random(&c);
+    g.case("chain_v2_repair_lands_on_last", last_rule, &node, &mem, vec![f], &watch);
+    let mem = place(g);
+    let c = Chain {
+        tag: CHAIN_GEN - 1,
+        ..Chain::v2(2, HopOp::Reduce)
+    };
+    let f = g.chain_random(&c);
+    g.case("chain_v2_reduce_repaired_last", last_rule, &node, &mem, vec![f], &watch);
+    // The segment after the jump is checked as a next segment is.
+    let mem = place(g);
+    let mut c = twice(HopOp::ReduceWrite);
+    c.segs[3].0 = Ipv4Addr::new(198, 18, 0, 5);
+    let stranger = g.chain_random(&c);
+    let mut other_port = g.chain_random(&twice(HopOp::ReduceWrite));
+    let at = 14 + 20 + 8 + 32 + SR_FIXED_LEN + 3 * SEGMENT_LEN + 4;
+    other_port[at..at + 2].copy_from_slice(&53u16.to_be_bytes());
+    g.case(
+        "chain_v2_repair_next_not_peer",
+        "§v2: a repair whose segment after the jump is not a peer on port P is BAD_SR to the origin",
+        &node,
+        &mem,
+        vec![stranger, other_port],
+        &watch,
+    );
+    let mem = place(g);
+    let mut c = twice(HopOp::ReduceWrite);
+    c.segs[3].0 = UNRESOLVED;
+    let f = g.chain_random(&c);
+    g.case(
+        "chain_v2_repair_no_route_forward",
+        "§v2: a repair forwarded to a peer with no MAC bound is dropped and counted (docs/conformance.md 19)",
+        &node,
+        &mem,
+        vec![f],
+        &watch,
+    );
+    // Far from the generation: as in version 1.
+    for (what, tag, status) in [
+        ("ahead", CHAIN_GEN + 2, "NOT_READY"),
+        ("behind", CHAIN_GEN - 2, "STALE"),
+    ] {
+        for op in [HopOp::Reduce, HopOp::ReduceWrite, HopOp::Write] {
+            let mem = place(g);
+            let c = Chain {
+                tag,
+                ..Chain::v2(1, op)
+            };
+            let f = g.chain_random(&c);
+            g.case(
+                &format!("chain_v2_{}_far_{what}", name(op)),
+                &format!(
+                    "§v2: a version-2 hop whose tag is more than one generation {what} is {status}, as in version 1"
+                ),
+                &node,
+                &mem,
+                vec![f],
+                &watch,
+            );
+        }
+    }
+    // The cell: 8-aligned and inside the region with room for the held partial.
+    let mem = place(g);
+    let c = Chain {
+        cell: Some(CHAIN_CELL + 4),
+        ..Chain::v2(1, HopOp::ReduceWrite)
+    };
+    let f = g.chain_random(&c);
+    let mut held = c.clone();
+    held.tag = CHAIN_GEN + 1;
+    let f2 = g.chain_random(&held);
+    g.case(
+        "chain_v2_cell_misaligned",
+        "§v2: a cell_addr that is not 8-aligned is MISALIGNED to the origin (held or not)",
+        &node,
+        &mem,
+        vec![f, f2],
+        &watch,
+    );
+    let end = RW_BASE + RW_SIZE;
+    let edge = end - cell::HDR_LEN - 64;
+    let mem = vec![(input, g.bytes(64)), (output, g.bytes(64))];
+    let frames = [Some(edge), Some(edge + 8), Some(RW_BASE - 8), Some(RO_BASE)]
+        .into_iter()
+        .map(|cell| {
+            let c = Chain {
+                cell,
+                ..Chain::v2(1, HopOp::ReduceWrite)
+            };
+            g.chain_random(&c)
+        })
+        .collect();
+    g.case(
+        "chain_v2_cell_out_of_bounds",
+        "§v2: [cell_addr, cell_addr + 16 + len) must lie in the region: a cell that just fits is stamped, one past the end, before the base or in another region is OUT_OF_BOUNDS",
+        &node,
+        &mem,
+        frames,
+        &[(input, 64), (output, 64), (edge, cell_len)],
+    );
+    let mem = place(g);
+    let frames = [Some(CHAIN_CELL + 4), Some(1 << 40)]
+        .into_iter()
+        .map(|cell| {
+            let c = Chain {
+                cell,
+                tag: CHAIN_GEN + 1,
+                ..Chain::v2(1, HopOp::Nop)
+            };
+            g.chain_random(&c)
+        })
+        .collect();
+    g.case(
+        "chain_v2_nop_ignores_the_cell",
+        "§v2: a NOP hop ignores the cell (neither alignment nor bounds) and readiness",
+        &node,
+        &mem,
+        frames,
+        &watch,
+    );
+    // sr_len of version 2 is 16 + 8n + 8; version 1 has no trailer.
+    let mem = place(g);
+    let c = Chain {
+        cell: None,
+        ..Chain::v2(1, HopOp::ReduceWrite)
+    };
+    let f = g.chain_random(&c);
+    g.case(
+        "chain_v2_sr_len_without_cell",
+        "§v2: a version-2 CHAIN whose sr_len is not 16 + 8n + 8 is BAD_SR to the sender",
+        &node,
+        &mem,
+        vec![f],
+        &watch,
+    );
+    let mem = place(g);
+    let c = Chain {
+        cell: Some(CHAIN_CELL),
+        ..Chain::at(1, HopOp::ReduceWrite)
+    };
+    let f = g.chain_random(&c);
+    g.case(
+        "chain_v1_sr_len_with_cell",
+        "§6: a version-1 CHAIN has no cell trailer: sr_len 16 + 8n + 8 is BAD_SR to the sender",
+        &node,
+        &mem,
+        vec![f],
+        &watch,
+    );
+    // Version 2 means something for CHAIN only.
+    let mut write = acked(req(Opcode::Write, RKEY_RW, input, 8));
+    write.version = VERSION_2;
+    let write = g.frame(&write, &[0xAB; 8]);
+    let mut read = req(Opcode::Read, RKEY_RW, input, 8);
+    read.version = VERSION_2;
+    let read = g.frame(&read, &[0; 8]);
+    let mut reduce = vector_req(Opcode::Reduce, Dtype::I32, Alu::Add, input, 8);
+    reduce.version = VERSION_2;
+    let reduce = g.frame(&reduce, &[1; 8]);
+    let v3 = Chain {
+        version: 3,
+        ..Chain::v2(1, HopOp::ReduceWrite)
+    };
+    let v3 = g.chain_random(&v3);
+    g.case(
+        "chain_v2_version_2_outside_chain",
+        "§v2: version 2 on any opcode but CHAIN is BAD_VERSION (and version 3 on CHAIN)",
+        &node,
+        &mem,
+        vec![write, read, reduce, v3],
         &watch,
     );
 }
@@ -1673,6 +2032,7 @@ pub fn generate() -> Vec<Vector> {
     chain_vectors(&mut g);
     handover_vectors(&mut g);
     atomic_permission_vectors(&mut g);
+    chain_v2_vectors(&mut g);
     g.vectors
 }
 
