@@ -1,5 +1,5 @@
 /*
- * NetDAM wire types (PROTOCOL.md, version 1) for the HLS port.
+ * NetDAM wire types (PROTOCOL.md, version 1, and version 2 of CHAIN) for the HLS port.
  *
  * Fixed-width integers only, no bitfields, no packed structs: every field
  * is read and written through the explicit big-endian (network order) or
@@ -17,6 +17,9 @@
 #define NETDAM_DEFAULT_PORT 4793u
 #define NETDAM_MAGIC 0xDAu
 #define NETDAM_VERSION 1u
+/* Version 2 (PROTOCOL.md, the version-2 section): CHAIN only, with hops that
+ * hold early partials, repair late copies and stamp completion in a cell. */
+#define NETDAM_VERSION_2 2u
 #define NETDAM_HDR_LEN 32u
 #define NETDAM_ETH_LEN 14u
 #define NETDAM_IPV4_MIN 20u
@@ -33,6 +36,9 @@
 #define NETDAM_MAX_SEGMENTS 15u
 #define NETDAM_SR_MIN (NETDAM_SR_FIXED_LEN + NETDAM_SEGMENT_LEN)
 #define NETDAM_SR_MAX (NETDAM_SR_FIXED_LEN + NETDAM_SEGMENT_LEN * NETDAM_MAX_SEGMENTS)
+/* A version-2 CHAIN's SR header has the cell address (u64, big-endian) after
+ * its segments: sr_len = 16 + 8n + 8. */
+#define NETDAM_SR_CELL_LEN 8u
 /* Times one node may be named in a program (docs/conformance.md 20): a ring
  * names every member at most twice, and the bound keeps one frame from
  * making a node transmit more than twice (no ping-pong amplifier). */
@@ -83,7 +89,8 @@ enum netdam_status {
     NETDAM_STALE = 11,
     NETDAM_BAD_SR = 12,
     NETDAM_TOO_LARGE = 13,
-    NETDAM_FORBIDDEN = 14
+    NETDAM_FORBIDDEN = 14,
+    NETDAM_HELD = 15 /* version 2: the partial is held at this hop (not a failure) */
 };
 
 /* Header flag bits. */
@@ -146,6 +153,15 @@ enum netdam_status {
 #define NETDAM_SEG_PORT 4u
 #define NETDAM_SEG_OP 6u
 #define NETDAM_SEG_FLAGS 7u
+/* The completion cell of a version-2 CHAIN, from cell_addr (little-endian in memory). */
+#define NETDAM_CELL_DONE 0u     /* u32: the generation whose result the node stored last */
+#define NETDAM_CELL_HELD 4u     /* u32: the generation of the partial held in HOLD */
+#define NETDAM_CELL_HELD_SEQ 8u /* u32: seq of the held packet */
+#define NETDAM_CELL_HELD_IDX 12u /* u8: SR idx of the held hop (then a zero byte) */
+#define NETDAM_CELL_HELD_PORT 14u /* u16: the held packet's origin_port */
+#define NETDAM_CELL_HOLD 16u    /* the held partial, len bytes */
+#define NETDAM_CELL_HDR_LEN 16u
+#define NETDAM_CELL_ALIGN 8u
 
 /* ---- Accessors ------------------------------------------------------------ */
 
@@ -211,6 +227,11 @@ _Static_assert(NETDAM_H_SEQ == 8u && NETDAM_H_TAG == 12u && NETDAM_H_SR_LEN == 7
 _Static_assert(NETDAM_SR_DST_ADDR + 8u == NETDAM_SR_FIXED_LEN, "the SR header's fixed part is 16 bytes");
 _Static_assert(NETDAM_SEG_FLAGS + 1u == NETDAM_SEGMENT_LEN, "a segment is 8 bytes");
 _Static_assert(NETDAM_SR_MAX == 136u && NETDAM_SR_MIN == 24u, "1 to 15 segments");
+_Static_assert(NETDAM_CELL_HELD_SEQ + 4u == NETDAM_CELL_HELD_IDX && NETDAM_CELL_HELD_PORT + 2u == NETDAM_CELL_HOLD &&
+                   NETDAM_CELL_HOLD == NETDAM_CELL_HDR_LEN && NETDAM_CELL_HDR_LEN == 16u,
+               "the version-2 cell: done, held, held_seq, held_idx, held_port, then the held partial at 16");
+_Static_assert(NETDAM_SR_FIXED_LEN + NETDAM_SEGMENT_LEN * 14u + NETDAM_SR_CELL_LEN <= NETDAM_SR_MAX,
+               "a version-2 ring program (14 segments at most) and its cell address fit an SR header");
 _Static_assert(NETDAM_CARRIER_LEN == 42u, "Ethernet + IPv4 + UDP");
 _Static_assert(NETDAM_IP_DST + 4u == NETDAM_IPV4_MIN, "IPv4 without options is 20 bytes");
 _Static_assert(NETDAM_UDP_CHECK + 2u == NETDAM_UDP_LEN, "UDP header is 8 bytes");

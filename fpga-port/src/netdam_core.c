@@ -734,6 +734,8 @@ typedef struct {
     uint8_t *out;
     uint32_t *out_len;
     uint8_t *mem;
+    bool v2;       /* a version-2 CHAIN: it has a cell */
+    uint64_t cell; /* its cell address (once the SR shape is checked) */
 } pkt_t;
 
 static bool hop_known(uint8_t op)
@@ -785,7 +787,9 @@ static uint32_t times_named(const uint8_t *sr, uint8_t n)
  * the next segment is a peer on port P and not this node again, and the
  * program names this node at most NETDAM_MAX_NAMED times (BAD_SR); dtype
  * and alu; length; alignment; rkey, permission and both ranges, for every
- * hop op including NOP (docs/conformance.md 20). */
+ * hop op including NOP (docs/conformance.md 20). Version 2: the cell is
+ * 8-aligned (MISALIGNED) and [cell, cell + 16 + len) lies in the region
+ * (OUT_OF_BOUNDS), for every hop op but NOP. */
 static uint8_t check_hop(const pkt_t *p, bool forwards, bool next_is_peer, uint32_t named, const uint8_t *here,
                          const region_t *r)
 {
@@ -794,6 +798,7 @@ static uint8_t check_hop(const pkt_t *p, bool forwards, bool next_is_peer, uint3
     uint8_t op = here[NETDAM_SEG_OP], s;
     uint32_t len = netdam_be16(h + NETDAM_H_LEN), ip_len;
     uint64_t addr = netdam_be64(h + NETDAM_H_ADDR), dst = netdam_be64(sr + NETDAM_SR_DST_ADDR);
+    bool has_cell = p->v2 && op != NETDAM_HOP_NOP;
     if (!names_me(here)) {
         return NETDAM_BAD_SR;
     }
@@ -827,6 +832,9 @@ static uint8_t check_hop(const pkt_t *p, bool forwards, bool next_is_peer, uint3
             return NETDAM_MISALIGNED;
         }
     }
+    if (has_cell && (p->cell % NETDAM_CELL_ALIGN) != 0u) {
+        return NETDAM_MISALIGNED;
+    }
     /* NOP too: a key is what makes a node forward a stranger's bytes (NOP
      * needs no permission bits). */
     if (r == 0) {
@@ -838,16 +846,66 @@ static uint8_t check_hop(const pkt_t *p, bool forwards, bool next_is_peer, uint3
     if (!region_contains(r, addr, len) || !region_contains(r, dst, len)) {
         return NETDAM_OUT_OF_BOUNDS;
     }
+    if (has_cell && !region_contains(r, p->cell, NETDAM_CELL_HDR_LEN + (uint64_t)len)) {
+        return NETDAM_OUT_OF_BOUNDS;
+    }
     return NETDAM_OK;
 }
 
-/* Readiness: a hop other than NOP runs only when tag == the region's generation. */
-static uint8_t check_ready(uint8_t op, uint32_t tag, uint32_t generation)
+/* What readiness lets a hop do. */
+enum ready {
+    READY_RUN = 0,    /* run the hop */
+    READY_REPAIR = 1, /* version 2, tag one behind: this node's stored result stands for the hop */
+    READY_HOLD = 2    /* version 2, tag one ahead, REDUCE or REDUCE_WRITE: hold the partial in the cell */
+};
+
+/* Readiness: a hop other than NOP runs only when tag == the region's
+ * generation; a later tag is NOT_READY, an earlier one STALE. Version 2
+ * also repairs a tag one behind (ACCUMULATE: STALE) and holds a REDUCE or
+ * REDUCE_WRITE one ahead (WRITE, ACCUMULATE: NOT_READY). OK and what to do
+ * in `ready`, or the status. */
+static uint8_t check_ready(bool v2, uint8_t op, uint32_t tag, uint32_t generation, enum ready *ready)
 {
+    *ready = READY_RUN;
     if (op == NETDAM_HOP_NOP || tag == generation) {
         return NETDAM_OK;
     }
+    if (v2 && generation != 0u && tag == generation - 1u) {
+        *ready = READY_REPAIR;
+        return op == NETDAM_HOP_ACCUMULATE ? NETDAM_STALE : NETDAM_OK;
+    }
+    if (v2 && generation != 0xFFFFFFFFu && tag == generation + 1u &&
+        (op == NETDAM_HOP_REDUCE || op == NETDAM_HOP_REDUCE_WRITE)) {
+        *ready = READY_HOLD;
+        return NETDAM_OK;
+    }
     return tag > generation ? NETDAM_NOT_READY : NETDAM_STALE;
+}
+
+/* Holds the partial in scratch (n bytes) in the cell: hold, then the 8
+ * bytes at offset 8 at once (held_seq, held_idx, a zero byte, held_port:
+ * the origin_port), then held = tag (last: the host reads the others after it). */
+static void hold(const pkt_t *p, uint32_t n)
+{
+    uint8_t *c = p->mem + p->cell;
+    uint32_t idx_port = (uint32_t)p->sr[NETDAM_SR_IDX] | ((uint32_t)netdam_be16(p->sr + NETDAM_SR_ORIGIN_PORT) << 16);
+    copy_bytes(c + NETDAM_CELL_HOLD, scratch, n);
+    netdam_put_le64(c + NETDAM_CELL_HELD_SEQ, (uint64_t)netdam_be32(p->h + NETDAM_H_SEQ) | ((uint64_t)idx_port << 32));
+    netdam_put_le32(c + NETDAM_CELL_HELD, netdam_be32(p->h + NETDAM_H_TAG));
+}
+
+/* The last of segments idx..n-1 that names this node (idx itself does). */
+static uint8_t last_named(const uint8_t *sr, uint8_t idx, uint8_t n)
+{
+    uint32_t i;
+    uint8_t last = idx;
+    for (i = 0; i < NETDAM_MAX_SEGMENTS; i++) {
+#pragma HLS UNROLL
+        if (i >= idx && i < n && names_me(sr + NETDAM_SR_FIXED_LEN + NETDAM_SEGMENT_LEN * i)) {
+            last = (uint8_t)i;
+        }
+    }
+    return last;
 }
 
 /* Runs hop `op` on the payload in scratch (n bytes) and memory. */
@@ -876,7 +934,7 @@ static void run_hop(const pkt_t *p, uint8_t op, uint32_t n)
 
 /* An answer to the CHAIN's origin: to the MAC bound to it, or to this host
  * when the origin is this node. */
-static enum netdam_verdict to_origin(const pkt_t *p, uint8_t status, uint32_t payload_len)
+static enum netdam_verdict to_origin(const pkt_t *p, uint8_t status, const uint8_t *sr_out, uint32_t payload_len)
 {
     const uint8_t *f = p->f, *h = p->h, *sr = p->sr;
     addressing_t to;
@@ -911,26 +969,33 @@ static enum netdam_verdict to_origin(const pkt_t *p, uint8_t status, uint32_t pa
         payload_len = 0;
     }
     response_header(rh, h, status, payload_len);
-    *p->out_len = build_frame(p->out, &to, rh, sr, h[NETDAM_H_SR_LEN], payload_len);
+    *p->out_len = build_frame(p->out, &to, rh, sr_out, h[NETDAM_H_SR_LEN], payload_len);
     return v;
 }
 
-static enum netdam_verdict chain(const pkt_t *p, const uint8_t *payload, uint32_t payload_len)
+/* Bytes of the SR header of a CHAIN of version `v2` with n segments. */
+static uint32_t sr_len_of(bool v2, uint8_t n)
+{
+    return NETDAM_SR_FIXED_LEN + NETDAM_SEGMENT_LEN * (uint32_t)n + (v2 ? NETDAM_SR_CELL_LEN : 0u);
+}
+
+static enum netdam_verdict chain(pkt_t *p, const uint8_t *payload, uint32_t payload_len)
 {
     const uint8_t *f = p->f, *h = p->h, *sr = p->sr;
-    uint8_t n = sr[NETDAM_SR_N], idx = sr[NETDAM_SR_IDX], sr_len = h[NETDAM_H_SR_LEN], status, op;
+    uint8_t n = sr[NETDAM_SR_N], idx = sr[NETDAM_SR_IDX], sr_len = h[NETDAM_H_SR_LEN], status, op, exit;
     uint32_t origin = netdam_be32(sr + NETDAM_SR_ORIGIN_IP), len = payload_len;
+    uint32_t tag = netdam_be32(h + NETDAM_H_TAG), rkey = netdam_be32(h + NETDAM_H_RKEY);
     const uint8_t *here, *next;
     bool forwards, next_is_peer;
     const region_t *r;
+    enum ready ready = READY_RUN;
     uint8_t sr_out[NETDAM_SR_MAX];
     if (peer_count == 0u) {
         /* No node is trusted to be forwarded to or answered: a CHAIN could only relay. */
         count(NETDAM_EV_DROP_CHAIN_NO_PEERS);
         return NETDAM_VERDICT_DROP;
     }
-    if (n == 0u || n > NETDAM_MAX_SEGMENTS || NETDAM_SR_FIXED_LEN + NETDAM_SEGMENT_LEN * (uint32_t)n != sr_len ||
-        idx >= n) {
+    if (n == 0u || n > NETDAM_MAX_SEGMENTS || sr_len_of(p->v2, n) != sr_len || idx >= n) {
         /* The origin cannot be trusted: the sender gets the answer. */
         addressing_t to;
         uint8_t rh[NETDAM_HDR_LEN];
@@ -945,18 +1010,49 @@ static enum netdam_verdict chain(const pkt_t *p, const uint8_t *payload, uint32_
         count(NETDAM_EV_DROP_BAD_ORIGIN);
         return NETDAM_VERDICT_DROP;
     }
+    p->cell = p->v2 ? netdam_be64(sr + NETDAM_SR_FIXED_LEN + NETDAM_SEGMENT_LEN * (uint32_t)n) : 0u;
     forwards = (uint32_t)idx + 1u < n;
     here = sr + NETDAM_SR_FIXED_LEN + NETDAM_SEGMENT_LEN * idx;
     next = forwards ? here + NETDAM_SEGMENT_LEN : here;
-    r = find_region(netdam_be32(h + NETDAM_H_RKEY));
+    r = find_region(rkey);
     op = here[NETDAM_SEG_OP];
     copy_bytes(scratch, payload, len);
+    copy_bytes(sr_out, sr, sr_len);
     next_is_peer = !forwards || in_peer_table(netdam_be32(next + NETDAM_SEG_IP));
     status = check_hop(p, forwards, next_is_peer, times_named(sr, n), here, r);
     if (status == NETDAM_OK) {
-        status = check_ready(op, netdam_be32(h + NETDAM_H_TAG), generation_of(netdam_be32(h + NETDAM_H_RKEY)));
+        status = check_ready(p->v2, op, tag, generation_of(rkey), &ready);
     }
-    if (status == NETDAM_OK) {
+    if (status == NETDAM_OK && ready == READY_HOLD) {
+        hold(p, len);
+        /* The host may have raised the generation meanwhile: then it reads
+         * the cell before this hold, and the hop runs here. */
+        if (generation_of(rkey) == tag) {
+            ready = READY_RUN;
+        } else {
+            status = NETDAM_HELD;
+        }
+    }
+    exit = idx;
+    if (status == NETDAM_OK && ready == READY_REPAIR) {
+        /* This node's result stands for the hop; the packet continues after
+         * the program's last segment naming this node, which must lead to a
+         * peer on port P, not this node, if another segment follows. */
+        const uint8_t *after;
+        uint64_t dst = netdam_be64(sr + NETDAM_SR_DST_ADDR);
+        exit = last_named(sr, idx, n);
+        after = sr + NETDAM_SR_FIXED_LEN + NETDAM_SEGMENT_LEN * ((uint32_t)exit + 1u);
+        if ((uint32_t)exit + 1u < n &&
+            (!in_peer_table(netdam_be32(after + NETDAM_SEG_IP)) || netdam_be16(after + NETDAM_SEG_PORT) != cfg.port ||
+             netdam_be32(after + NETDAM_SEG_IP) == cfg.ip)) {
+            status = NETDAM_BAD_SR;
+        } else {
+            if (op == NETDAM_HOP_REDUCE || op == NETDAM_HOP_REDUCE_WRITE) {
+                copy_bytes(scratch, p->mem + dst, len);
+            }
+            count(NETDAM_EV_CHAIN_REPAIRED);
+        }
+    } else if (status == NETDAM_OK) {
         bool windowed = op == NETDAM_HOP_ACCUMULATE && (h[NETDAM_H_ALU] == NETDAM_ADD || h[NETDAM_H_ALU] == NETDAM_XOR);
         int32_t w = -1;
         uint32_t seq = netdam_be32(h + NETDAM_H_SEQ);
@@ -976,16 +1072,24 @@ static enum netdam_verdict chain(const pkt_t *p, const uint8_t *payload, uint32_
             if (windowed) {
                 complete(w, seq, 0);
             }
+            /* Version 2: completion, after the data. */
+            if (p->v2 && (op == NETDAM_HOP_WRITE || op == NETDAM_HOP_REDUCE_WRITE)) {
+                netdam_put_le32(p->mem + p->cell + NETDAM_CELL_DONE, tag);
+            }
         }
     }
     count(op_status(NETDAM_OP_CHAIN, status));
     if (status != NETDAM_OK) {
-        return to_origin(p, status, 0);
+        return to_origin(p, status, sr, 0);
     }
-    if (!forwards) {
-        bool carries = op == NETDAM_HOP_REDUCE || op == NETDAM_HOP_NOP;
-        return to_origin(p, NETDAM_OK, carries ? len : 0u);
+    sr_out[NETDAM_SR_IDX] = exit;
+    if ((uint32_t)exit + 1u >= n) {
+        /* The answer of the segment the packet leaves from. */
+        uint8_t last_op = sr[NETDAM_SR_FIXED_LEN + NETDAM_SEGMENT_LEN * (uint32_t)exit + NETDAM_SEG_OP];
+        bool carries = last_op == NETDAM_HOP_REDUCE || last_op == NETDAM_HOP_NOP;
+        return to_origin(p, NETDAM_OK, sr_out, carries ? len : 0u);
     }
+    next = sr + NETDAM_SR_FIXED_LEN + NETDAM_SEGMENT_LEN * ((uint32_t)exit + 1u);
     {
         const nexthop_t *nh = find_nexthop(netdam_be32(next + NETDAM_SEG_IP));
         addressing_t to;
@@ -1004,8 +1108,7 @@ static enum netdam_verdict chain(const pkt_t *p, const uint8_t *payload, uint32_
         to.udp_src = cfg.port;
         to.udp_dst = netdam_be16(next + NETDAM_SEG_PORT);
         to.tos = f[NETDAM_ETH_LEN + NETDAM_IP_TOS];
-        copy_bytes(sr_out, sr, sr_len);
-        sr_out[NETDAM_SR_IDX] = (uint8_t)(idx + 1u);
+        sr_out[NETDAM_SR_IDX] = (uint8_t)(exit + 1u);
         *p->out_len = build_frame(p->out, &to, h, sr_out, sr_len, len);
         return NETDAM_VERDICT_TX;
     }
@@ -1123,9 +1226,12 @@ enum netdam_verdict netdam_top(const uint8_t in[NETDAM_FRAME_MAX], uint32_t in_l
         return NETDAM_VERDICT_DROP;
     }
     payload = dg + headers;
-    if (op == NETDAM_OP_CHAIN && h[NETDAM_H_VERSION] == NETDAM_VERSION &&
+    /* CHAIN of version 1 or 2 (version 2 means nothing for another opcode:
+     * check_header answers it BAD_VERSION, as it does a CHAIN whose sr_len fails). */
+    if (op == NETDAM_OP_CHAIN &&
+        (h[NETDAM_H_VERSION] == NETDAM_VERSION || h[NETDAM_H_VERSION] == NETDAM_VERSION_2) &&
         check_sr_len(op, h[NETDAM_H_SR_LEN]) == NETDAM_OK) {
-        const pkt_t p = {f, l4, h, dg + NETDAM_HDR_LEN, out, out_len, mem};
+        pkt_t p = {f, l4, h, dg + NETDAM_HDR_LEN, out, out_len, mem, h[NETDAM_H_VERSION] == NETDAM_VERSION_2, 0u};
         return chain(&p, payload, len < avail ? len : avail);
     }
     status = check_header(h, avail, &c);
