@@ -22,7 +22,7 @@ use netdam_common::{
     counters::{op_status, Event},
     frame::{udp_frame, Endpoint, Ipv4Opts},
     model::{self, Action, ModelNode},
-    wire::{flags, DEFAULT_PORT, HDR_LEN},
+    wire::{flags, DEFAULT_PORT, HDR_LEN, VERSION_2},
     NetdamHdr, Opcode, Status,
 };
 use netdam_tests::{
@@ -48,8 +48,21 @@ const GENERATION: u32 = 5;
 
 /// A CHAIN program for the header `h`: mostly well formed, naming this node
 /// at idx, with next hops that do and do not resolve, origins that are and
-/// are not answerable, tags around the generation; sometimes broken.
+/// are not answerable, tags around the generation; sometimes broken. Half
+/// are version 2 (docs/PROTOCOL.md, the version-2 section): a cell address
+/// after the segments, mostly aligned and in the read-write region, and
+/// tags one behind (repair), one ahead (hold) and further.
 fn sr_program(rng: &mut Rng, h: &mut NetdamHdr) -> Vec<u8> {
+    let v2 = rng.chance(50);
+    if v2 {
+        h.version = VERSION_2;
+        // Mostly an input inside the read-write region, so that hops get as
+        // far as readiness (hold and repair) more often than the generic
+        // addresses let them.
+        if rng.chance(60) {
+            h.set_addr(RW.base + (rng.below(RW.size / 2) & !7));
+        }
+    }
     // Mostly short programs; a fifth up to the 15 segments an SR header holds.
     let n = if rng.chance(80) {
         1 + rng.below(6) as u8
@@ -68,7 +81,10 @@ fn sr_program(rng: &mut Rng, h: &mut NetdamHdr) -> Vec<u8> {
     let pick = |rng: &mut Rng| hosts[rng.below(hosts.len() as u64) as usize];
     let origin = if rng.chance(70) { pick(rng) } else { NEIGHBOURS[0].0 };
     let anchors = [RW.base, RW.base + RW.size - 64, RO.base, 0x10000];
-    let dst = anchors[rng.below(anchors.len() as u64) as usize] + (rng.below(512) & !7);
+    let mut dst = anchors[rng.below(anchors.len() as u64) as usize] + (rng.below(512) & !7);
+    if v2 && rng.chance(50) {
+        dst = RW.base + RW.size / 2 + (rng.below(RW.size / 4) & !7);
+    }
     let mut b = SrFixed::new(n, idx, origin.into(), 20000 + rng.below(8) as u16, dst)
         .to_bytes()
         .to_vec();
@@ -84,16 +100,44 @@ fn sr_program(rng: &mut Rng, h: &mut NetdamHdr) -> Vec<u8> {
         seg.op = op;
         b.extend_from_slice(&seg.to_bytes());
     }
-    h.sr_len = if rng.chance(95) {
-        b.len() as u8
-    } else {
-        b.len() as u8 + 8
+    if v2 {
+        // The chunk's cell: near the read-write region's start and end (where
+        // 16 + len may not fit), in the read-only region, near a chunk
+        // boundary of memory; sometimes misaligned, now and then anywhere.
+        let anchors = [
+            RW.base + 0x3000,
+            RW.base + 0x3000,
+            RW.base + RW.size - 1024,
+            RO.base,
+            0x10000 - 256,
+        ];
+        let mut cell = anchors[rng.below(anchors.len() as u64) as usize] + (rng.below(1024) & !7);
+        if rng.chance(5) {
+            cell += 1 + rng.below(7);
+        }
+        if rng.chance(2) {
+            cell = rng.next_u64();
+        }
+        b.extend_from_slice(&cell.to_be_bytes());
+    }
+    // Mostly the sr_len of the version; the other version's (with or without
+    // the cell) and too long now and then.
+    h.sr_len = match rng.below(100) {
+        0..=94 => b.len() as u8,
+        95..=97 => b.len() as u8 + 8,
+        _ => b.len() as u8 - 8,
     };
-    // Mostly ready; NOT_READY and STALE too.
-    h.set_tag(if rng.chance(70) {
+    // Mostly ready; one behind (STALE, or a version-2 repair), one ahead
+    // (NOT_READY, or a version-2 hold) and further.
+    h.set_tag(if rng.chance(55) {
         GENERATION
     } else {
-        GENERATION + rng.below(3) as u32 - 1
+        match rng.below(10) {
+            0..=3 => GENERATION - 1,
+            4..=7 => GENERATION + 1,
+            8 => GENERATION + 2 + rng.below(3) as u32,
+            _ => GENERATION - 2 - rng.below(3) as u32,
+        }
     });
     if rng.chance(80) {
         h.set_rkey(RKEY_RW);
@@ -142,6 +186,14 @@ fn generate(rng: &mut Rng) -> Vec<u8> {
     };
     if rng.chance(5) {
         h.sr_len = [8u8, 16, 24, 7][rng.below(4) as usize];
+    }
+    // Version 2 on any opcode (BAD_VERSION but for CHAIN); other versions.
+    if rng.chance(3) {
+        h.version = if rng.chance(70) {
+            VERSION_2
+        } else {
+            rng.below(256) as u8
+        };
     }
     h.set_seq(rng.next_u64() as u32);
     h.set_tag(rng.next_u64() as u32);
@@ -576,23 +628,9 @@ impl Trio {
         let mut node = load(s);
         node.set_generation(RKEY_RW, GENERATION).unwrap();
         node.bind_peer_macs(&NEIGHBOURS).unwrap();
-        let mut model = ModelNode::new(
-            s.mac,
-            s.ipv4,
-            s.port,
-            s.mtu,
-            s.verify_csum,
-            s.regions.clone(),
-            s.peers.clone(),
-            s.mem_size as usize,
-            s.window_sources as usize,
-            s.window_per_source as usize,
-        );
-        model.generations.insert(RKEY_RW, GENERATION);
-        model.neighbours.extend(NEIGHBOURS);
         Trio {
             node,
-            model,
+            model: model_of(s),
             engine: CEngine::new(s, &NEIGHBOURS, &[(RKEY_RW, GENERATION)]),
             counters: vec![0; netdam_common::counters::COUNTER_SLOTS as usize],
             fault,
@@ -664,4 +702,106 @@ impl Trio {
         }
         Ok(())
     }
+}
+
+/// The reference model configured as `s`, with the generation and the
+/// peers' MACs the fuzzed node has.
+fn model_of(s: &NodeSpec) -> ModelNode {
+    let mut model = ModelNode::new(
+        s.mac,
+        s.ipv4,
+        s.port,
+        s.mtu,
+        s.verify_csum,
+        s.regions.clone(),
+        s.peers.clone(),
+        s.mem_size as usize,
+        s.window_sources as usize,
+        s.window_per_source as usize,
+    );
+    model.generations.insert(RKEY_RW, GENERATION);
+    model.neighbours.extend(NEIGHBOURS);
+    model
+}
+
+/// The model and the C engine alone, frame by frame, on both
+/// configurations: no XDP program, so no privileges needed (it runs
+/// wherever the tests build). With the peer table the generator's
+/// version-2 CHAIN programs must have held partials, repaired late copies
+/// and stamped `done`.
+#[test]
+fn model_and_c_engine_agree_frame_by_frame() {
+    let frames: u64 = std::env::var("NETDAM_FUZZ_FRAMES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50_000);
+    let seed: u64 = std::env::var("NETDAM_FUZZ_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x5EED_0001);
+    let peers: Vec<Ipv4Addr> = NEIGHBOURS.iter().map(|(ip, _)| *ip).chain([UNRESOLVED]).collect();
+    for (label, peers) in [("no peers", &[][..]), ("peer table", &peers[..])] {
+        let s = node_spec(peers);
+        let mut model = model_of(&s);
+        let mut engine = CEngine::new(&s, &NEIGHBOURS, &[(RKEY_RW, GENERATION)]);
+        let mut counters = vec![0u64; netdam_common::counters::COUNTER_SLOTS as usize];
+        let mut stream = Frames::new(seed);
+        let mut v2_ok = 0u64;
+        for i in 0..frames {
+            let f = stream.next();
+            let want = model.process(&f);
+            let (action, frame) = engine.process(&f);
+            let fail = |what: &str| -> ! {
+                panic!(
+                    "{}\nmodel: {want:?}\nC engine: {action:?} {frame:02x?}",
+                    Failure::new(seed, i, &f, format!("{label}: {what}"))
+                )
+            };
+            if action != want.action {
+                fail("the C engine's verdict differs");
+            }
+            if action != Action::Drop && frame != want.frame {
+                fail("the C engine's output frame differs");
+            }
+            for c in &want.counters {
+                counters[*c as usize] += 1;
+            }
+            let chain_ok = want.counters.contains(&op_status(Opcode::Chain as u8, Status::Ok));
+            v2_ok += (chain_ok && chain_version(&f) == Some(VERSION_2)) as u64;
+            if (i + 1) % CHECK_EVERY == 0 || i + 1 == frames {
+                if let Some(at) = (engine.mem != model.mem)
+                    .then(|| engine.mem.iter().zip(&model.mem).position(|(a, b)| a != b).unwrap())
+                {
+                    fail(&format!(
+                        "the C engine's memory differs first at {at:#x} (checked every {CHECK_EVERY} frames)"
+                    ));
+                }
+                if engine.counters() != counters {
+                    fail(&format!(
+                        "the C engine's counters differ (checked every {CHECK_EVERY} frames)"
+                    ));
+                }
+            }
+        }
+        let stats = Stats::from_counters(&counters);
+        let held = stats.requests("CHAIN", Status::Held);
+        let repaired = stats.event(Event::ChainRepaired);
+        println!(
+            "{label}: {frames} frames (seed {seed:#x}): model and C engine agree; version-2 CHAIN hops OK {v2_ok}, \
+             held {held}, repaired {repaired}"
+        );
+        if !peers.is_empty() {
+            assert!(
+                v2_ok > frames / 1000 && held > 0 && repaired > 0,
+                "too few version-2 CHAIN hops ran ({v2_ok}), were held ({held}) or repaired ({repaired})"
+            );
+        }
+    }
+}
+
+/// The NetDAM header's version of a CHAIN frame.
+fn chain_version(f: &[u8]) -> Option<u8> {
+    let udp = 14 + 4 * (f.get(14)? & 0x0F) as usize;
+    let h = NetdamHdr::from_bytes(f.get(udp + 8..)?)?;
+    (h.opcode == Opcode::Chain as u8).then_some(h.version)
 }
