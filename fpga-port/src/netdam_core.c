@@ -540,7 +540,8 @@ static uint8_t check_header(const uint8_t *h, uint32_t avail, checked_t *c)
 {
     uint8_t op = h[NETDAM_H_OPCODE], s;
     uint32_t len = netdam_be16(h + NETDAM_H_LEN), align = 1u, answer_ip_len;
-    if (h[NETDAM_H_VERSION] != NETDAM_VERSION) {
+    /* Version 2 is CHAIN's alone: a version-2 CHAIN here failed its sr_len. */
+    if (h[NETDAM_H_VERSION] != NETDAM_VERSION && !(h[NETDAM_H_VERSION] == NETDAM_VERSION_2 && op == NETDAM_OP_CHAIN)) {
         return NETDAM_BAD_VERSION;
     }
     if (!known_opcode(op)) {

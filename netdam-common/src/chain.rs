@@ -40,6 +40,26 @@ pub mod cell {
     pub const ALIGN: u64 = 8;
 }
 
+/// A version-2 CHAIN's cell address, or none (version 1). A pair, not an
+/// `Option`: the XDP verifier refuses to read an `Option`'s unset payload,
+/// which the compiler may load anyway.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CellAddr {
+    pub present: bool,
+    pub addr: u64,
+}
+
+impl CellAddr {
+    pub const NONE: CellAddr = CellAddr {
+        present: false,
+        addr: 0,
+    };
+
+    pub const fn at(addr: u64) -> CellAddr {
+        CellAddr { present: true, addr }
+    }
+}
+
 /// Segments an SR header holds at most.
 pub const MAX_SEGMENTS: usize = 15;
 /// Members of a ring all-reduce at most (its program has 2(N-1) segments).
@@ -312,7 +332,7 @@ pub struct CheckedHop {
 pub fn check_hop(
     h: &NetdamHdr,
     sr: &SrFixed,
-    cell_addr: Option<u64>,
+    cell_addr: CellAddr,
     shape: SrShape,
     here: &Segment,
     next: &Segment,
@@ -357,14 +377,9 @@ pub fn check_hop(
             return Err(Status::Misaligned);
         }
     }
-    let cell_addr = match op {
-        HopOp::Nop => None,
-        _ => cell_addr,
-    };
-    if let Some(c) = cell_addr {
-        if !c.is_multiple_of(cell::ALIGN) {
-            return Err(Status::Misaligned);
-        }
+    let has_cell = cell_addr.present && !matches!(op, HopOp::Nop);
+    if has_cell && !cell_addr.addr.is_multiple_of(cell::ALIGN) {
+        return Err(Status::Misaligned);
     }
     // NOP too: a key is what makes a node forward a stranger's bytes.
     let region = match region {
@@ -377,10 +392,8 @@ pub fn check_hop(
     if !region.contains(h.addr(), len as u64) || !region.contains(sr.dst_addr(), len as u64) {
         return Err(Status::OutOfBounds);
     }
-    if let Some(c) = cell_addr {
-        if !region.contains(c, cell::HDR_LEN + len as u64) {
-            return Err(Status::OutOfBounds);
-        }
+    if has_cell && !region.contains(cell_addr.addr, cell::HDR_LEN + len as u64) {
+        return Err(Status::OutOfBounds);
     }
     Ok(CheckedHop { op, vector })
 }
@@ -390,10 +403,6 @@ pub fn check_hop(
 pub enum Ready {
     /// Run the hop (tag equals the generation, or a NOP).
     Run,
-    /// Version 2, tag one behind the generation: this node has finished the
-    /// tag's generation; its stored result stands for the hop, which stores
-    /// nothing and continues after the program's last segment naming this node.
-    Repair,
     /// Version 2, tag one past the generation, REDUCE or REDUCE_WRITE: hold
     /// the partial in the cell until this node's host contributes.
     Hold,
@@ -401,24 +410,19 @@ pub enum Ready {
 
 /// Readiness (section 6; version 2 in docs/PROTOCOL.md). Version 1: a hop
 /// other than NOP runs only if tag equals the region's generation; a later
-/// tag is NOT_READY, an earlier one STALE. Version 2 also repairs a tag one
-/// behind (ACCUMULATE: STALE) and holds a REDUCE or REDUCE_WRITE one ahead
-/// (WRITE, ACCUMULATE: NOT_READY).
+/// tag is NOT_READY, an earlier one STALE. Version 2 also holds a REDUCE or
+/// REDUCE_WRITE one ahead (WRITE, ACCUMULATE: NOT_READY).
 #[inline(always)]
 pub const fn check_ready(version: u8, op: HopOp, tag: u32, generation: u32) -> Result<Ready, Status> {
     if matches!(op, HopOp::Nop) || tag == generation {
         return Ok(Ready::Run);
     }
-    if version == VERSION_2 {
-        if generation != 0 && tag == generation - 1 {
-            return match op {
-                HopOp::Accumulate => Err(Status::Stale),
-                _ => Ok(Ready::Repair),
-            };
-        }
-        if generation != u32::MAX && tag == generation + 1 && matches!(op, HopOp::Reduce | HopOp::ReduceWrite) {
-            return Ok(Ready::Hold);
-        }
+    if version == VERSION_2
+        && generation != u32::MAX
+        && tag == generation + 1
+        && matches!(op, HopOp::Reduce | HopOp::ReduceWrite)
+    {
+        return Ok(Ready::Hold);
     }
     if tag > generation {
         Err(Status::NotReady)
@@ -574,15 +578,14 @@ mod tests {
         }
         assert_eq!(check_ready(VERSION, HopOp::Reduce, 6, 5), Err(Status::NotReady));
         assert_eq!(check_ready(VERSION, HopOp::Write, 4, 5), Err(Status::Stale));
-        // Version 2: one ahead holds REDUCE and REDUCE_WRITE only; one behind repairs all but ACCUMULATE.
+        // Version 2: one ahead holds REDUCE and REDUCE_WRITE only; one behind is STALE as in version 1.
         assert_eq!(check_ready(VERSION_2, HopOp::Reduce, 6, 5), Ok(Hold));
         assert_eq!(check_ready(VERSION_2, HopOp::ReduceWrite, 6, 5), Ok(Hold));
         assert_eq!(check_ready(VERSION_2, HopOp::Write, 6, 5), Err(Status::NotReady));
         assert_eq!(check_ready(VERSION_2, HopOp::Accumulate, 6, 5), Err(Status::NotReady));
-        for op in [HopOp::Reduce, HopOp::ReduceWrite, HopOp::Write] {
-            assert_eq!(check_ready(VERSION_2, op, 4, 5), Ok(Repair));
+        for op in [HopOp::Reduce, HopOp::ReduceWrite, HopOp::Write, HopOp::Accumulate] {
+            assert_eq!(check_ready(VERSION_2, op, 4, 5), Err(Status::Stale));
         }
-        assert_eq!(check_ready(VERSION_2, HopOp::Accumulate, 4, 5), Err(Status::Stale));
         // No wrap-around at either end.
         assert_eq!(
             check_ready(VERSION_2, HopOp::Reduce, u32::MAX, 0),
@@ -622,7 +625,7 @@ mod tests {
         let here = Segment::new(me.ip, me.port, HopOp::ReduceWrite);
         let next = Segment::new(0xC612_0001, 4793, HopOp::Write);
         let check = |h: &NetdamHdr, here: &Segment, next: &Segment, peer: bool, r: Option<&Region>| {
-            check_hop(h, &sr, None, shape, here, next, peer, 1, me, 1500, r)
+            check_hop(h, &sr, CellAddr::NONE, shape, here, next, peer, 1, me, 1500, r)
         };
         assert!(check(&h, &here, &next, true, Some(&rw)).is_ok());
         assert_eq!(check(&h, &here, &next, false, Some(&rw)), Err(Status::BadSr));
@@ -656,7 +659,21 @@ mod tests {
         let other_port = Segment::new(0xC612_0001, 53, HopOp::Write);
         assert_eq!(check(&h, &here, &other_port, true, Some(&rw)), Err(Status::BadSr));
         // A program may name this node twice (a ring does), not three times.
-        let named = |times: u32| check_hop(&h, &sr, None, shape, &here, &next, true, times, me, 1500, Some(&rw));
+        let named = |times: u32| {
+            check_hop(
+                &h,
+                &sr,
+                CellAddr::NONE,
+                shape,
+                &here,
+                &next,
+                true,
+                times,
+                me,
+                1500,
+                Some(&rw),
+            )
+        };
         assert!(named(2).is_ok());
         assert_eq!(named(3), Err(Status::BadSr));
         // NOP needs a key and in-bounds ranges but no permission; WRITE needs no dtype.
@@ -671,7 +688,7 @@ mod tests {
         assert!(check(&hw, &write, &next, true, Some(&rw)).is_ok());
         // Version 2's cell: aligned, with room for the held partial, except for NOP.
         let cell = |c: u64, here: &Segment, r: &Region| {
-            check_hop(&h, &sr, Some(c), shape, here, &next, true, 1, me, 1500, Some(r))
+            check_hop(&h, &sr, CellAddr::at(c), shape, here, &next, true, 1, me, 1500, Some(r))
         };
         assert!(cell(4096 - 24, &here, &rw).is_ok());
         assert_eq!(cell(4096 - 20, &here, &rw), Err(Status::Misaligned));

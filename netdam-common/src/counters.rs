@@ -95,9 +95,6 @@ pub enum Event {
     /// instant: dropped, not executed; the retransmission gets a new window
     /// (docs/conformance.md 12).
     DropWindowRetiring,
-    /// A version-2 CHAIN hop one generation behind this node, repaired from
-    /// the node's stored result and sent on past its last segment here.
-    ChainRepaired,
 }
 
 impl Event {
@@ -130,10 +127,9 @@ impl Event {
         Event::PassSplitStranger,
         Event::WindowSourceFull,
         Event::DropWindowRetiring,
-        Event::ChainRepaired,
     ];
     /// The event with the highest counter index.
-    const LAST: Event = Event::ChainRepaired;
+    const LAST: Event = Event::DropWindowRetiring;
 
     /// The event with counter index `v`.
     #[inline(always)]
@@ -177,7 +173,6 @@ impl Event {
             Event::PassSplitStranger => "pass_split_stranger",
             Event::WindowSourceFull => "window_source_full",
             Event::DropWindowRetiring => "drop_window_retiring",
-            Event::ChainRepaired => "chain_repaired",
         }
     }
 }

@@ -47,6 +47,10 @@ pub struct InjectJob {
     pub total_bytes: u64,
     pub input_addr: u64,
     pub output_addr: u64,
+    /// Chunk k's cell is at cells_addr + k * cell_stride; its address ends
+    /// the headers (the version-2 SR header's trailer).
+    pub cells_addr: u64,
+    pub cell_stride: u64,
     /// The packet of a whole chunk, up to its payload.
     pub headers: [u8; INJECT_HEADERS],
     /// Request indices to send, `count` of them.
@@ -54,12 +58,17 @@ pub struct InjectJob {
 }
 
 impl InjectJob {
+    /// The chunk request `i` carries.
+    #[inline(always)]
+    pub fn chunk(&self, i: u32) -> u64 {
+        self.first_chunk as u64 + i as u64 * self.stride as u64
+    }
+
     /// Byte offset in the vector and length of request `i`'s chunk, or
     /// `None` past the vector.
     #[inline(always)]
     pub fn span(&self, i: u32) -> Option<(u64, u32)> {
-        let k = self.first_chunk as u64 + i as u64 * self.stride as u64;
-        let off = k * self.chunk_bytes as u64;
+        let off = self.chunk(i) * self.chunk_bytes as u64;
         if off >= self.total_bytes {
             return None;
         }

@@ -15,8 +15,8 @@ use std::{collections::HashMap, net::Ipv4Addr};
 
 use crate::{
     chain::{
-        cell, cell_addr_off, check_chain_preamble, check_hop, check_ready, check_sr_shape, hop_needs_window, HopOp, Me,
-        Ready, Segment, SrFixed, SEGMENT_LEN, SR_FIXED_LEN,
+        cell, cell_addr_off, check_chain_preamble, check_hop, check_ready, check_sr_shape, hop_needs_window, CellAddr,
+        HopOp, Me, Ready, Segment, SrFixed, SEGMENT_LEN, SR_FIXED_LEN,
     },
     config::PeerEntry,
     counters::{op_status, Event},
@@ -375,6 +375,7 @@ impl ModelNode {
             let at = cell_addr_off(shape.n);
             u64::from_be_bytes(sr[at..at + 8].try_into().expect("sr_len covers the cell address"))
         });
+        let cell_addr = cell.map_or(CellAddr::NONE, CellAddr::at);
         let region = self.regions.iter().find(|(k, _)| *k == h.rkey()).map(|(_, r)| *r);
         let next_is_peer = !shape.forwards() || is_peer(Ipv4Addr::from(next.ip()));
         let times_named = (0..shape.n as usize).filter(|i| segment(*i).names(me)).count() as u32;
@@ -383,7 +384,7 @@ impl ModelNode {
         let result = check_hop(
             h,
             &fixed,
-            cell,
+            cell_addr,
             shape,
             &here,
             &next,
@@ -407,13 +408,6 @@ impl ModelNode {
                     self.put_u32(c + cell::HELD as usize, h.tag());
                     return Err(Status::Held);
                 }
-                Ready::Repair => {
-                    if matches!(hop.op, HopOp::Reduce | HopOp::ReduceWrite) {
-                        out.copy_from_slice(&self.mem[dst..dst + n]);
-                    }
-                    let last = (shape.idx..shape.n).rev().find(|i| segment(*i as usize).names(me));
-                    return Ok(Exit::Repaired(last.expect("segment idx names this node")));
-                }
             }
             let key = (origin, fixed.origin_port(), shape.idx as u16 + 1);
             let windowed = hop_needs_window(&hop);
@@ -427,25 +421,11 @@ impl ModelNode {
             if let (Some(c), HopOp::Write | HopOp::ReduceWrite) = (cell, hop.op) {
                 self.put_u32(c as usize + cell::DONE as usize, h.tag());
             }
-            Ok(Exit::Ran(shape.idx))
+            Ok(shape.idx)
         });
-        // The segment the packet leaves from: this hop, or the last one naming
-        // this node when a late copy is repaired.
+        // The segment the packet leaves from.
         let exit = match result {
-            Ok(Exit::Ran(i)) => i,
-            Ok(Exit::Repaired(i)) => {
-                let after = i + 1;
-                let bad = after < shape.n && {
-                    let s = segment(after as usize);
-                    !is_peer(Ipv4Addr::from(s.ip())) || s.port() != me.port || s.ip() == me.ip
-                };
-                if bad {
-                    counters.extend(count(Status::BadSr));
-                    return self.to_origin(f, h, &fixed, sr, Status::BadSr, &[], counters);
-                }
-                counters.push(Event::ChainRepaired as u32);
-                i
-            }
+            Ok(i) => i,
             Err(s) => {
                 counters.extend(count(s));
                 return self.to_origin(f, h, &fixed, sr, s, &[], counters);
@@ -453,8 +433,9 @@ impl ModelNode {
         };
         counters.extend(count(Status::Ok));
         if exit + 1 >= shape.n {
-            let op = HopOp::from_u8(segment(exit as usize).op).expect("checked");
-            let answer = if op.answer_carries_payload() { &out[..] } else { &[] };
+            // A repair may land on a segment nothing has checked: an unknown op carries nothing.
+            let carries = HopOp::from_u8(segment(exit as usize).op).is_some_and(|op| op.answer_carries_payload());
+            let answer = if carries { &out[..] } else { &[] };
             let mut sr = sr.to_vec();
             sr[1] = exit;
             return self.to_origin(f, h, &fixed, &sr, Status::Ok, answer, counters);
@@ -691,13 +672,4 @@ pub fn combine(d: Dtype, alu: Alu, a: &[u8], b: &[u8]) -> Vec<u8> {
     let mut v = a.to_vec();
     crate::alu::combine_into(d, alu, &mut v, b);
     v
-}
-
-/// Where a CHAIN hop that ran leaves its program.
-enum Exit {
-    /// Ran at SR idx `0`.
-    Ran(u8),
-    /// A version-2 late copy, repaired: continues after this segment, the
-    /// program's last naming this node.
-    Repaired(u8),
 }

@@ -8,7 +8,7 @@
 use crate::{
     config::MAX_PAYLOAD,
     region::{required_perms, Region},
-    wire::{flags, Alu, Dtype, NetdamHdr, Opcode, Status, CARRIER_LEN, HDR_LEN, VERSION},
+    wire::{flags, Alu, Dtype, NetdamHdr, Opcode, Status, CARRIER_LEN, HDR_LEN, VERSION, VERSION_2},
 };
 
 /// Smallest SR header: 16 bytes plus one segment (section 6).
@@ -45,7 +45,8 @@ pub const fn len_past_datagram(h: &NetdamHdr, avail: u32) -> bool {
 /// alignment. `avail` is the payload the datagram carries.
 #[inline(always)]
 pub fn check_header(h: &NetdamHdr, mtu: u32, avail: u32) -> Result<Checked, Status> {
-    if h.version != VERSION {
+    // Version 2 is CHAIN's alone: a version-2 CHAIN here failed its sr_len.
+    if h.version != VERSION && !(h.version == VERSION_2 && h.opcode == Opcode::Chain as u8) {
         return Err(Status::BadVersion);
     }
     let op = match Opcode::from_u8(h.opcode) {

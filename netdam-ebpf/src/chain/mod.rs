@@ -6,17 +6,18 @@
 use aya_ebpf::{bindings::xdp_action, helpers::generated::bpf_xdp_store_bytes, programs::XdpContext};
 use netdam_common::{
     chain::{
-        check_chain_preamble, check_hop, check_ready, check_sr_shape, hop_needs_window, CheckedHop, HopOp, Me, Segment,
-        SrFixed, SrShape, MAX_SEGMENTS, SEGMENT_LEN, SR_FIXED_LEN,
+        cell, cell_addr_off, check_chain_preamble, check_hop, check_ready, check_sr_shape, hop_needs_window, CellAddr,
+        CheckedHop, HopOp, Me, Ready, Segment, SrFixed, SrShape, MAX_SEGMENTS, SEGMENT_LEN, SR_FIXED_LEN,
     },
     config::{cfg_flags, PeerEntry},
     counters::{op_status, Event},
     window::SourceKey,
-    wire::{is_unanswerable_source, CARRIER_LEN, HDR_LEN},
+    wire::{is_unanswerable_source, CARRIER_LEN, HDR_LEN, VERSION_2},
     NetdamHdr, NodeConfig, Opcode, Status,
 };
 
 use crate::{
+    atomic::fetch_add64,
     carrier::{self, load, Request},
     maps::{count, count_event, peer_mac, CHAIN_STATE, GENERATIONS, PEERS, REGIONS},
     memory,
@@ -110,7 +111,7 @@ fn try_prepare(
     }
     let shape = match load(ctx, sr_off, &mut sr)
         .map_err(|_| Status::BadSr)
-        .and_then(|_| check_sr_shape(req.hdr.sr_len, &sr))
+        .and_then(|_| check_sr_shape(req.hdr.version, req.hdr.sr_len, &sr))
     {
         Ok(shape) => shape,
         // The origin cannot be trusted yet: the sender gets the answer.
@@ -238,11 +239,7 @@ fn try_hop(
     if shape.forwards() {
         load(ctx, segment_off(sr_off, shape.idx + 1), &mut next)?;
     }
-    // SAFETY: a lookup in a hash map of plain values.
-    let next_peer = match shape.forwards() {
-        true => unsafe { PEERS.get(next.ip().to_be()) }.copied(),
-        false => None,
-    };
+    let next_peer = peer_entry(shape.forwards(), &next);
     let next_is_peer = !shape.forwards() || next_peer.is_some();
     done.next = next;
     done.next_peer = next_peer.unwrap_or_default();
@@ -251,12 +248,43 @@ fn try_hop(
         port: cfg.port,
     };
     let named = times_named(ctx, sr_off, shape.n, me)?;
+    let mut cell_addr = CellAddr::NONE;
+    if h.version == VERSION_2 {
+        let mut be = [0u8; 8];
+        load(ctx, sr_off + cell_addr_off(shape.n & 15) as u32, &mut be)?;
+        cell_addr = CellAddr::at(u64::from_be_bytes(be));
+    }
     // SAFETY: lookups in hash maps of plain values.
     let region = unsafe { REGIONS.get(h.rkey()) };
-    let checked = check_hop(h, sr, shape, &here, &next, next_is_peer, named, me, cfg.mtu, region)?;
-    // SAFETY: as above.
-    let generation = unsafe { GENERATIONS.get(h.rkey()) }.copied().unwrap_or(0);
-    check_ready(checked.op, h.tag(), generation)?;
+    let checked = check_hop(
+        h,
+        sr,
+        cell_addr,
+        shape,
+        &here,
+        &next,
+        next_is_peer,
+        named,
+        me,
+        cfg.mtu,
+        region,
+    )?;
+    let ready = check_ready(h.version, checked.op, h.tag(), generation(h.rkey()))?;
+    if let Ready::Hold = ready {
+        let at = Early {
+            cell: cell_addr.addr,
+            idx: shape.idx,
+            origin_port: sr.origin_port(),
+        };
+        return match hold(ctx, req, &at) {
+            HELD => Err(Status::Held.into()),
+            // Raised while the partial went in: the host may have read the
+            // cell before it was held, so the origin resends at once and
+            // the resend runs (one path less for the verifier than running here).
+            RAISED => Err(Status::NotReady.into()),
+            _ => Err(Verdict::Drop(Event::DropMemCopyFailed).into()),
+        };
+    }
     let slot = if hop_needs_window(&checked) {
         let key = SourceKey {
             ip_be: sr.origin_ip().to_be(),
@@ -287,10 +315,80 @@ fn try_hop(
         window::complete(slot, h.seq(), 0);
     }
     ran?;
+    if cell_addr.present && matches!(checked.op, HopOp::Write | HopOp::ReduceWrite) {
+        // After the data: a host that reads `done` reads a whole result.
+        set_cell_u32(cell_addr.addr + cell::DONE, h.tag());
+    }
     if shape.forwards() || checked.op.answer_carries_payload() {
         Ok(h.len() as u32)
     } else {
         Ok(0)
+    }
+}
+
+/// The region's readiness generation (section 6), read afresh.
+#[inline(always)]
+fn generation(rkey: u32) -> u32 {
+    // SAFETY: a lookup in a hash map of plain values.
+    unsafe { GENERATIONS.get(rkey) }.copied().unwrap_or(0)
+}
+
+/// The peer entry of `next` when the packet forwards to it.
+#[inline(always)]
+fn peer_entry(forwards: bool, next: &Segment) -> Option<PeerEntry> {
+    match forwards {
+        // SAFETY: a lookup in a hash map of plain values.
+        true => unsafe { PEERS.get(next.ip().to_be()) }.copied(),
+        false => None,
+    }
+}
+
+/// Stores a u32 cell field at `addr` (4-aligned: cells are 8-aligned).
+#[inline(always)]
+fn set_cell_u32(addr: u64, v: u32) {
+    if let Some(w) = memory::word(addr) {
+        let half = (addr & 4) as usize;
+        // SAFETY: `w` is an 8-aligned word of a map value; `half` is 0 or 4.
+        unsafe { core::ptr::write_volatile(w.cast::<u8>().add(half).cast::<u32>(), v) };
+    }
+}
+
+/// A version-2 REDUCE or REDUCE_WRITE one generation ahead of this node.
+struct Early {
+    cell: u64,
+    idx: u8,
+    origin_port: u16,
+}
+
+/// `hold`: the partial is held; the generation was raised meanwhile; the copy failed.
+const HELD: u32 = 0;
+const RAISED: u32 = 1;
+const HOLD_FAILED: u32 = 2;
+
+/// Holds the packet's partial in its cell (PROTOCOL.md version 2): the
+/// payload, then seq, idx and origin port, then `held`, then a full barrier
+/// (an atomic add of 0 to the seq word), so that the second read of the
+/// generation comes after the marker, as the host's read of the cell comes
+/// after its raise. Not inlined: the copy's loop is verified once.
+#[inline(never)]
+fn hold(ctx: &XdpContext, req: &Request, at: &Early) -> u32 {
+    let h = &req.hdr;
+    let c = at.cell;
+    if memory::frame_to_mem(ctx, req.payload_off, c + cell::HOLD, h.len() as u32).is_err() {
+        return HOLD_FAILED;
+    }
+    let Some(seq_word) = memory::word(c + cell::HELD_SEQ) else {
+        return HOLD_FAILED;
+    };
+    let word = h.seq() as u64 | (at.idx as u64) << 32 | (at.origin_port as u64) << 48;
+    // SAFETY: an 8-aligned word of a map value: seq, idx, 0, origin port, little-endian.
+    unsafe { core::ptr::write_volatile(seq_word, word) };
+    set_cell_u32(c + cell::HELD, h.tag());
+    // SAFETY: as above; adding 0 changes nothing but orders.
+    unsafe { fetch_add64(seq_word, 0) };
+    match generation(h.rkey()) == h.tag() {
+        true => RAISED,
+        false => HELD,
     }
 }
 
