@@ -18,7 +18,8 @@
 #define NETDAM_MAGIC 0xDAu
 #define NETDAM_VERSION 1u
 /* Version 2 (PROTOCOL.md, the version-2 section): CHAIN only, with hops that
- * hold early partials, repair late copies and stamp completion in a cell. */
+ * hold early partials and stamp completion in a cell (a late copy is STALE,
+ * as in version 1). */
 #define NETDAM_VERSION_2 2u
 #define NETDAM_HDR_LEN 32u
 #define NETDAM_ETH_LEN 14u

@@ -69,16 +69,15 @@ enum netdam_event {
     NETDAM_EV_DROP_BAD_KEY_LOCKOUT,  /* XDP only (--bad-key-limit): never counted here */
     NETDAM_EV_PASS_SPLIT_STRANGER,   /* XDP only (header split, section 9): never counted here */
     NETDAM_EV_WINDOW_SOURCE_FULL,    /* a new source whose IPv4 address holds window_per_source windows */
-    NETDAM_EV_DROP_WINDOW_RETIRING,  /* XDP only (the sweep removing a window): never counted here */
-    NETDAM_EV_CHAIN_REPAIRED         /* a version-2 CHAIN hop one generation behind, repaired and sent on */
+    NETDAM_EV_DROP_WINDOW_RETIRING   /* XDP only (the sweep removing a window): never counted here */
 };
 _Static_assert(NETDAM_EV_DROP_PEER_UNRESOLVED == 205u && NETDAM_EV_DROP_MEM_COPY_FAILED == 214u &&
                    NETDAM_EV_BAD_KEY_LIMITED == 215u && NETDAM_EV_DROP_BAD_KEY_LOCKOUT == 216u &&
                    NETDAM_EV_PASS_SPLIT_STRANGER == 217u && NETDAM_EV_WINDOW_SOURCE_FULL == 218u &&
-                   NETDAM_EV_DROP_WINDOW_RETIRING == 219u && NETDAM_EV_CHAIN_REPAIRED == 220u,
+                   NETDAM_EV_DROP_WINDOW_RETIRING == 219u,
                "event indices as in netdam-common/src/counters.rs");
 _Static_assert(NETDAM_HELD < NETDAM_STATUS_SLOTS, "every status has a counter per opcode");
-_Static_assert(NETDAM_EV_CHAIN_REPAIRED < NETDAM_COUNTER_SLOTS, "every event has a counter");
+_Static_assert(NETDAM_EV_DROP_WINDOW_RETIRING < NETDAM_COUNTER_SLOTS, "every event has a counter");
 
 /* Host side: empties every table and sets the configuration. */
 void netdam_reset(const netdam_config_t *cfg);

@@ -855,25 +855,20 @@ static uint8_t check_hop(const pkt_t *p, bool forwards, bool next_is_peer, uint3
 
 /* What readiness lets a hop do. */
 enum ready {
-    READY_RUN = 0,    /* run the hop */
-    READY_REPAIR = 1, /* version 2, tag one behind: this node's stored result stands for the hop */
-    READY_HOLD = 2    /* version 2, tag one ahead, REDUCE or REDUCE_WRITE: hold the partial in the cell */
+    READY_RUN = 0, /* run the hop */
+    READY_HOLD = 1 /* version 2, tag one ahead, REDUCE or REDUCE_WRITE: hold the partial in the cell */
 };
 
 /* Readiness: a hop other than NOP runs only when tag == the region's
- * generation; a later tag is NOT_READY, an earlier one STALE. Version 2
- * also repairs a tag one behind (ACCUMULATE: STALE) and holds a REDUCE or
- * REDUCE_WRITE one ahead (WRITE, ACCUMULATE: NOT_READY). OK and what to do
- * in `ready`, or the status. */
+ * generation; a later tag is NOT_READY, an earlier one STALE (version 2
+ * too: a copy one generation behind is STALE, and its origin repairs the
+ * chunk). Version 2 also holds a REDUCE or REDUCE_WRITE one ahead (WRITE,
+ * ACCUMULATE: NOT_READY). OK and what to do in `ready`, or the status. */
 static uint8_t check_ready(bool v2, uint8_t op, uint32_t tag, uint32_t generation, enum ready *ready)
 {
     *ready = READY_RUN;
     if (op == NETDAM_HOP_NOP || tag == generation) {
         return NETDAM_OK;
-    }
-    if (v2 && generation != 0u && tag == generation - 1u) {
-        *ready = READY_REPAIR;
-        return op == NETDAM_HOP_ACCUMULATE ? NETDAM_STALE : NETDAM_OK;
     }
     if (v2 && generation != 0xFFFFFFFFu && tag == generation + 1u &&
         (op == NETDAM_HOP_REDUCE || op == NETDAM_HOP_REDUCE_WRITE)) {
@@ -893,20 +888,6 @@ static void hold(const pkt_t *p, uint32_t n)
     copy_bytes(c + NETDAM_CELL_HOLD, scratch, n);
     netdam_put_le64(c + NETDAM_CELL_HELD_SEQ, (uint64_t)netdam_be32(p->h + NETDAM_H_SEQ) | ((uint64_t)idx_port << 32));
     netdam_put_le32(c + NETDAM_CELL_HELD, netdam_be32(p->h + NETDAM_H_TAG));
-}
-
-/* The last of segments idx..n-1 that names this node (idx itself does). */
-static uint8_t last_named(const uint8_t *sr, uint8_t idx, uint8_t n)
-{
-    uint32_t i;
-    uint8_t last = idx;
-    for (i = 0; i < NETDAM_MAX_SEGMENTS; i++) {
-#pragma HLS UNROLL
-        if (i >= idx && i < n && names_me(sr + NETDAM_SR_FIXED_LEN + NETDAM_SEGMENT_LEN * i)) {
-            last = (uint8_t)i;
-        }
-    }
-    return last;
 }
 
 /* Runs hop `op` on the payload in scratch (n bytes) and memory. */
@@ -983,7 +964,7 @@ static uint32_t sr_len_of(bool v2, uint8_t n)
 static enum netdam_verdict chain(pkt_t *p, const uint8_t *payload, uint32_t payload_len)
 {
     const uint8_t *f = p->f, *h = p->h, *sr = p->sr;
-    uint8_t n = sr[NETDAM_SR_N], idx = sr[NETDAM_SR_IDX], sr_len = h[NETDAM_H_SR_LEN], status, op, exit;
+    uint8_t n = sr[NETDAM_SR_N], idx = sr[NETDAM_SR_IDX], sr_len = h[NETDAM_H_SR_LEN], status, op;
     uint32_t origin = netdam_be32(sr + NETDAM_SR_ORIGIN_IP), len = payload_len;
     uint32_t tag = netdam_be32(h + NETDAM_H_TAG), rkey = netdam_be32(h + NETDAM_H_RKEY);
     const uint8_t *here, *next;
@@ -1026,34 +1007,12 @@ static enum netdam_verdict chain(pkt_t *p, const uint8_t *payload, uint32_t payl
     }
     if (status == NETDAM_OK && ready == READY_HOLD) {
         hold(p, len);
-        /* The host may have raised the generation meanwhile: then it reads
-         * the cell before this hold, and the hop runs here. */
-        if (generation_of(rkey) == tag) {
-            ready = READY_RUN;
-        } else {
-            status = NETDAM_HELD;
-        }
+        /* The host may have raised the generation meanwhile (not in this
+         * single-threaded engine, where it reads the same): then it may have
+         * read the cell before this hold, and the origin resends at once. */
+        status = generation_of(rkey) == tag ? NETDAM_NOT_READY : NETDAM_HELD;
     }
-    exit = idx;
-    if (status == NETDAM_OK && ready == READY_REPAIR) {
-        /* This node's result stands for the hop; the packet continues after
-         * the program's last segment naming this node, which must lead to a
-         * peer on port P, not this node, if another segment follows. */
-        const uint8_t *after;
-        uint64_t dst = netdam_be64(sr + NETDAM_SR_DST_ADDR);
-        exit = last_named(sr, idx, n);
-        after = sr + NETDAM_SR_FIXED_LEN + NETDAM_SEGMENT_LEN * ((uint32_t)exit + 1u);
-        if ((uint32_t)exit + 1u < n &&
-            (!in_peer_table(netdam_be32(after + NETDAM_SEG_IP)) || netdam_be16(after + NETDAM_SEG_PORT) != cfg.port ||
-             netdam_be32(after + NETDAM_SEG_IP) == cfg.ip)) {
-            status = NETDAM_BAD_SR;
-        } else {
-            if (op == NETDAM_HOP_REDUCE || op == NETDAM_HOP_REDUCE_WRITE) {
-                copy_bytes(scratch, p->mem + dst, len);
-            }
-            count(NETDAM_EV_CHAIN_REPAIRED);
-        }
-    } else if (status == NETDAM_OK) {
+    if (status == NETDAM_OK) {
         bool windowed = op == NETDAM_HOP_ACCUMULATE && (h[NETDAM_H_ALU] == NETDAM_ADD || h[NETDAM_H_ALU] == NETDAM_XOR);
         int32_t w = -1;
         uint32_t seq = netdam_be32(h + NETDAM_H_SEQ);
@@ -1083,14 +1042,11 @@ static enum netdam_verdict chain(pkt_t *p, const uint8_t *payload, uint32_t payl
     if (status != NETDAM_OK) {
         return to_origin(p, status, sr, 0);
     }
-    sr_out[NETDAM_SR_IDX] = exit;
-    if ((uint32_t)exit + 1u >= n) {
-        /* The answer of the segment the packet leaves from. */
-        uint8_t last_op = sr[NETDAM_SR_FIXED_LEN + NETDAM_SEGMENT_LEN * (uint32_t)exit + NETDAM_SEG_OP];
-        bool carries = last_op == NETDAM_HOP_REDUCE || last_op == NETDAM_HOP_NOP;
+    if (!forwards) {
+        /* The last segment's answer. */
+        bool carries = op == NETDAM_HOP_REDUCE || op == NETDAM_HOP_NOP;
         return to_origin(p, NETDAM_OK, sr_out, carries ? len : 0u);
     }
-    next = sr + NETDAM_SR_FIXED_LEN + NETDAM_SEGMENT_LEN * ((uint32_t)exit + 1u);
     {
         const nexthop_t *nh = find_nexthop(netdam_be32(next + NETDAM_SEG_IP));
         addressing_t to;
@@ -1109,7 +1065,7 @@ static enum netdam_verdict chain(pkt_t *p, const uint8_t *payload, uint32_t payl
         to.udp_src = cfg.port;
         to.udp_dst = netdam_be16(next + NETDAM_SEG_PORT);
         to.tos = f[NETDAM_ETH_LEN + NETDAM_IP_TOS];
-        sr_out[NETDAM_SR_IDX] = (uint8_t)(exit + 1u);
+        sr_out[NETDAM_SR_IDX] = (uint8_t)(idx + 1u);
         *p->out_len = build_frame(p->out, &to, h, sr_out, sr_len, len);
         return NETDAM_VERDICT_TX;
     }
@@ -1228,7 +1184,7 @@ enum netdam_verdict netdam_top(const uint8_t in[NETDAM_FRAME_MAX], uint32_t in_l
     }
     payload = dg + headers;
     /* CHAIN of version 1 or 2 (version 2 means nothing for another opcode:
-     * check_header answers it BAD_VERSION, as it does a CHAIN whose sr_len fails). */
+     * check_header answers it BAD_VERSION; a CHAIN whose sr_len fails, BAD_SR). */
     if (op == NETDAM_OP_CHAIN &&
         (h[NETDAM_H_VERSION] == NETDAM_VERSION || h[NETDAM_H_VERSION] == NETDAM_VERSION_2) &&
         check_sr_len(op, h[NETDAM_H_SR_LEN]) == NETDAM_OK) {
