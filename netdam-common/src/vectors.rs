@@ -325,7 +325,8 @@ impl Gen {
         let (origin_ip, origin_port) = c.origin.unwrap_or((origin.ip, origin.port));
         let mut h = NetdamHdr::request(Opcode::Chain);
         h.version = c.version;
-        h.sr_len = (SR_FIXED_LEN + SEGMENT_LEN * c.segs.len() + c.cell.map_or(0, |_| SR_CELL_LEN)) as u8;
+        let sr_len = SR_FIXED_LEN + SEGMENT_LEN * c.segs.len() + c.cell.map_or(0, |_| SR_CELL_LEN);
+        h.sr_len = c.sr_len.unwrap_or(sr_len as u8);
         h.dtype = c.dtype;
         h.alu = c.alu;
         h.set_addr(c.addr);
@@ -343,6 +344,8 @@ impl Gen {
         if let Some(cell) = c.cell {
             rest.extend_from_slice(&cell.to_be_bytes());
         }
+        // An sr_len that claims more than the segments: zeros up to it.
+        rest.resize(rest.len().max(h.sr_len as usize), 0);
         rest.extend_from_slice(payload);
         let sender = match c.idx.checked_sub(1).and_then(|i| c.segs.get(i as usize)) {
             Some((ip, _)) if c.idx > 0 => Endpoint {
@@ -364,6 +367,9 @@ struct Chain {
     idx: u8,
     /// n as sent, when a vector lies about it.
     n: Option<u8>,
+    /// sr_len as sent, when a vector lies about it (the SR header is padded
+    /// with zeros up to a larger one).
+    sr_len: Option<u8>,
     /// The origin when it is not the client.
     origin: Option<(Ipv4Addr, u16)>,
     dtype: u8,
@@ -388,6 +394,7 @@ impl Chain {
             segs,
             idx,
             n: None,
+            sr_len: None,
             origin: None,
             dtype: Dtype::I32 as u8,
             alu: Alu::Add as u8,
@@ -699,8 +706,10 @@ fn chain_vectors(g: &mut Gen) {
 
 /// Version 2 of CHAIN (docs/PROTOCOL.md, the version-2 section): the cell
 /// trailer and its checks, readiness that holds a partial one generation
-/// ahead and repairs a copy one generation behind, the `done` stamp, and
-/// version 2 refused outside CHAIN.
+/// ahead and answers a copy one generation behind STALE (as version 1 does:
+/// its origin repairs the chunk, the node does not), the `done` stamp, the
+/// version-2 sr_len (BAD_SR, at most 14 segments), and version 2 refused
+/// outside CHAIN.
 fn chain_v2_vectors(g: &mut Gen) {
     let node = chain_node();
     let input = RW_BASE + 0x100;
@@ -780,8 +789,25 @@ fn chain_v2_vectors(g: &mut Gen) {
             &watch,
         );
     }
-    // tag == generation - 1: repaired from this node's result, or STALE.
-    let repair_rule = "§v2: a REDUCE or REDUCE_WRITE hop at tag == generation - 1 is repaired: the payload becomes mem[dst_addr..+len], nothing is stored, and the packet continues after the program's last segment naming this node";
+    // tag == generation - 1: STALE, as in version 1 (the origin repairs the chunk).
+    for op in [HopOp::Reduce, HopOp::ReduceWrite, HopOp::Write, HopOp::Accumulate] {
+        let mem = place(g);
+        let c = Chain {
+            tag: CHAIN_GEN - 1,
+            ..Chain::v2(1, op)
+        };
+        let f = g.chain_random(&c);
+        g.case(
+            &format!("chain_v2_{}_behind_stale", name(op)),
+            "§v2: a version-2 hop at tag == generation - 1 is STALE to the origin, as in version 1 (no node repairs it: its origin does), nothing stored (data or cell)",
+            &node,
+            &mem,
+            vec![f],
+            &watch,
+        );
+    }
+    // Even when the program names this node again further on (a ring does),
+    // or at its last segment.
     let twice = |op: HopOp| Chain {
         segs: vec![
             (NODE_IP, op),
@@ -793,103 +819,20 @@ fn chain_v2_vectors(g: &mut Gen) {
         ..Chain::v2(0, op)
     };
     let mem = place(g);
-    let f = g.chain_random(&twice(HopOp::Reduce));
-    g.case("chain_v2_reduce_repaired", repair_rule, &node, &mem, vec![f], &watch);
-    let mem = place(g);
-    let c = Chain {
-        segs: vec![
-            (HOP_A, HopOp::Reduce),
-            (NODE_IP, HopOp::ReduceWrite),
-            (HOP_B, HopOp::Write),
-            (NODE_IP, HopOp::Write),
-            (HOP_A, HopOp::Write),
-        ],
-        tag: CHAIN_GEN - 1,
-        ..Chain::v2(1, HopOp::ReduceWrite)
-    };
-    let f = g.chain_random(&c);
+    let frames = vec![
+        g.chain_random(&twice(HopOp::Reduce)),
+        g.chain_random(&twice(HopOp::ReduceWrite)),
+        g.chain_random(&Chain {
+            tag: CHAIN_GEN - 1,
+            ..Chain::v2(2, HopOp::Reduce)
+        }),
+    ];
     g.case(
-        "chain_v2_reduce_write_repaired",
-        repair_rule,
+        "chain_v2_behind_stale_named_again",
+        "§v2: a version-2 hop at tag == generation - 1 is STALE even when the program names this node again later or the hop is the last: the packet never skips ahead",
         &node,
         &mem,
-        vec![f],
-        &watch,
-    );
-    let mem = place(g);
-    let c = Chain {
-        tag: CHAIN_GEN - 1,
-        ..Chain::v2(1, HopOp::Write)
-    };
-    let f = g.chain_random(&c);
-    g.case(
-        "chain_v2_write_repaired",
-        "§v2: a WRITE hop at tag == generation - 1 is repaired: it keeps its payload, stores nothing (data or done) and forwards",
-        &node,
-        &mem,
-        vec![f],
-        &watch,
-    );
-    let mem = place(g);
-    let c = Chain {
-        tag: CHAIN_GEN - 1,
-        ..Chain::v2(1, HopOp::Accumulate)
-    };
-    let f = g.chain_random(&c);
-    g.case(
-        "chain_v2_accumulate_behind_stale",
-        "§v2: an ACCUMULATE hop at tag == generation - 1 is STALE (never repaired)",
-        &node,
-        &mem,
-        vec![f],
-        &watch,
-    );
-    let last_rule = "§v2: a repair whose last segment naming this node is the program's last answers the origin OK as that segment would (its payload for REDUCE), with SR idx = that segment";
-    let mem = place(g);
-    let c = Chain {
-        segs: vec![
-            (NODE_IP, HopOp::ReduceWrite),
-            (HOP_A, HopOp::Write),
-            (NODE_IP, HopOp::Write),
-        ],
-        tag: CHAIN_GEN - 1,
-        ..Chain::v2(0, HopOp::ReduceWrite)
-    };
-    let f = g.chain_random(&c);
-    g.case("chain_v2_repair_lands_on_last", last_rule, &node, &mem, vec![f], &watch);
-    let mem = place(g);
-    let c = Chain {
-        tag: CHAIN_GEN - 1,
-        ..Chain::v2(2, HopOp::Reduce)
-    };
-    let f = g.chain_random(&c);
-    g.case("chain_v2_reduce_repaired_last", last_rule, &node, &mem, vec![f], &watch);
-    // The segment after the jump is checked as a next segment is.
-    let mem = place(g);
-    let mut c = twice(HopOp::ReduceWrite);
-    c.segs[3].0 = Ipv4Addr::new(198, 18, 0, 5);
-    let stranger = g.chain_random(&c);
-    let mut other_port = g.chain_random(&twice(HopOp::ReduceWrite));
-    let at = 14 + 20 + 8 + 32 + SR_FIXED_LEN + 3 * SEGMENT_LEN + 4;
-    other_port[at..at + 2].copy_from_slice(&53u16.to_be_bytes());
-    g.case(
-        "chain_v2_repair_next_not_peer",
-        "§v2: a repair whose segment after the jump is not a peer on port P is BAD_SR to the origin",
-        &node,
-        &mem,
-        vec![stranger, other_port],
-        &watch,
-    );
-    let mem = place(g);
-    let mut c = twice(HopOp::ReduceWrite);
-    c.segs[3].0 = UNRESOLVED;
-    let f = g.chain_random(&c);
-    g.case(
-        "chain_v2_repair_no_route_forward",
-        "§v2: a repair forwarded to a peer with no MAC bound is dropped and counted (docs/conformance.md 19)",
-        &node,
-        &mem,
-        vec![f],
+        frames,
         &watch,
     );
     // Far from the generation: as in version 1.
@@ -985,6 +928,59 @@ fn chain_v2_vectors(g: &mut Gen) {
     g.case(
         "chain_v2_sr_len_without_cell",
         "§v2: a version-2 CHAIN whose sr_len is not 16 + 8n + 8 is BAD_SR to the sender",
+        &node,
+        &mem,
+        vec![f],
+        &watch,
+    );
+    // A version-2 CHAIN failing the header's sr_len check is BAD_SR, not
+    // BAD_VERSION: not a multiple of 8, below one segment, above 136.
+    let mem = place(g);
+    let frames = [44u8, 20, 16, 144]
+        .into_iter()
+        .map(|sr_len| {
+            let c = Chain {
+                sr_len: Some(sr_len),
+                ..Chain::v2(1, HopOp::ReduceWrite)
+            };
+            g.chain_random(&c)
+        })
+        .collect();
+    g.case(
+        "chain_v2_sr_len_bad",
+        "§v2: a version-2 CHAIN whose sr_len fails section 5's check (not a multiple of 8, under 24, over 136) is BAD_SR to the sender, not BAD_VERSION",
+        &node,
+        &mem,
+        frames,
+        &watch,
+    );
+    // At most 14 segments: 15 would take sr_len to 144.
+    let ring = |n: usize| {
+        let mut segs: Vec<_> = (0..n)
+            .map(|i| (if i % 2 == 0 { HOP_A } else { HOP_B }, HopOp::Write))
+            .collect();
+        segs[0].1 = HopOp::Reduce;
+        segs[1] = (NODE_IP, HopOp::ReduceWrite);
+        Chain {
+            segs,
+            ..Chain::v2(1, HopOp::ReduceWrite)
+        }
+    };
+    let mem = place(g);
+    let f = g.chain_random(&ring(15));
+    g.case(
+        "chain_v2_fifteen_segments",
+        "§v2: a version-2 program of 15 segments (sr_len 16 + 120 + 8 = 144, over 136) is BAD_SR to the sender",
+        &node,
+        &mem,
+        vec![f],
+        &watch,
+    );
+    let mem = place(g);
+    let f = g.chain_random(&ring(14));
+    g.case(
+        "chain_v2_fourteen_segments",
+        "§v2: a version-2 program of 14 segments (sr_len 136, a ring of 8) runs",
         &node,
         &mem,
         vec![f],
