@@ -36,7 +36,7 @@ use netdam_lab::{
 };
 use netdam_tests::{netdam_bin, require_root};
 use netdam_user::{
-    collective::{inputs, table::busbw, Allreduce, Collective, CollectiveConfig, Group, MemberNode},
+    collective::{inputs, ring::RingPlan, table::busbw, Allreduce, Collective, CollectiveConfig, Group, MemberNode},
     controller::LocalNode,
 };
 use serde::Serialize;
@@ -157,7 +157,9 @@ pub fn run(a: Args) -> Result<()> {
         .collect();
     let mpi = MpiProgram::build()?;
     let output = (INPUT + a.max_bytes).next_multiple_of(4096);
-    let mem = (output + a.max_bytes).next_multiple_of(64 << 10);
+    // The ring's cells follow the output (`sweep_size`).
+    let cells = (output + a.max_bytes).next_multiple_of(4096);
+    let mem = (cells + RingPlan::cells_len_of(a.nodes, Dtype::I32, a.max_bytes, a.mtu)).next_multiple_of(64 << 10);
     let tb = Testbed::up_on(PREFIX, a.nodes, a.mtu, a.fabric)?;
     let plain = Testbed::up_on(PLAIN_PREFIX, a.nodes, a.mtu, Fabric::Plain)?;
     let group: Vec<Ipv4Addr> = tb.hosts.iter().map(|h| h.ip).collect();
@@ -333,6 +335,7 @@ fn sweep_size<N: MemberNode + 'static>(
         rkey: RKEY,
         input_addr: INPUT,
         output_addr: output,
+        cells_addr: (output + bytes).next_multiple_of(4096),
         count: bytes / 4,
         dtype: Dtype::I32,
         alu: Alu::Add,

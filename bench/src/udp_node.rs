@@ -22,8 +22,8 @@ use std::{
 
 use netdam_common::{
     alu::combine_into,
-    chain::{HopOp, Segment, SrFixed, SEGMENT_LEN, SR_FIXED_LEN},
-    wire::{flags, Alu, Dtype, HDR_LEN},
+    chain::{cell, cell_addr_off, check_ready, HopOp, Ready, Segment, SrFixed, SEGMENT_LEN, SR_FIXED_LEN},
+    wire::{flags, Alu, Dtype, HDR_LEN, VERSION_2},
     NetdamHdr, Opcode, Status,
 };
 use netdam_user::{
@@ -186,8 +186,7 @@ fn serve(sock: &UdpSocket, mem: &Memory, generation: &AtomicU32, stop: &AtomicBo
                 u16::from_be(addrs[i].sin_port),
             );
             let len = msgs[i].msg_len as usize;
-            let gen = generation.load(Ordering::Acquire);
-            if let Some((len, to)) = handle(&mut bufs[i][..len], from, mem, gen) {
+            if let Some((len, to)) = handle(&mut bufs[i][..len], from, mem, generation) {
                 out_addrs[sends] = libc::sockaddr_in {
                     sin_family: libc::AF_INET as libc::sa_family_t,
                     sin_port: to.port().to_be(),
@@ -221,7 +220,7 @@ fn serve(sock: &UdpSocket, mem: &Memory, generation: &AtomicU32, stop: &AtomicBo
 }
 
 /// Executes the datagram `b` in place; what to send and where.
-fn handle(b: &mut [u8], from: SocketAddrV4, mem: &Memory, generation: u32) -> Option<(usize, SocketAddrV4)> {
+fn handle(b: &mut [u8], from: SocketAddrV4, mem: &Memory, generation: &AtomicU32) -> Option<(usize, SocketAddrV4)> {
     let h = NetdamHdr::from_bytes(b)?;
     if h.is_response() {
         return None;
@@ -276,14 +275,16 @@ fn respond(
     Some((pay + n, to))
 }
 
-/// The CHAIN hop at this node, then the forward or the answer to the origin.
+/// The CHAIN hop at this node, then the forward or the answer to the origin:
+/// version 1, and version 2's held partials and completion cells
+/// (docs/PROTOCOL.md, version 2), as the XDP data path runs them.
 fn hop(
     b: &mut [u8],
     h: &NetdamHdr,
     pay: usize,
     len: usize,
     mem: &Memory,
-    generation: u32,
+    generation: &AtomicU32,
 ) -> Option<(usize, SocketAddrV4)> {
     let sr = SrFixed::from_bytes(&b[HDR_LEN..])?;
     let seg = |b: &[u8], i: u8| Segment::from_bytes(b.get(HDR_LEN + SR_FIXED_LEN + SEGMENT_LEN * i as usize..)?);
@@ -291,14 +292,54 @@ fn hop(
     let op = HopOp::from_u8(here.op)?;
     let origin = SocketAddrV4::new(sr.origin_ip().into(), sr.origin_port());
     let answer = |b: &mut [u8], status: Status, n: usize| respond(b, h, pay, status, n, origin);
-    if op != HopOp::Nop && h.tag() != generation {
-        let status = if h.tag() > generation {
-            Status::NotReady
-        } else {
-            Status::Stale
-        };
-        return answer(b, status, 0);
+    let cell = match h.version {
+        VERSION_2 => {
+            let at = HDR_LEN + cell_addr_off(sr.n);
+            Some(u64::from_be_bytes(b.get(at..at + 8)?.try_into().ok()?))
+        }
+        _ => None,
+    };
+    match check_ready(h.version, op, h.tag(), generation.load(Ordering::Acquire)) {
+        Err(status) => return answer(b, status, 0),
+        Ok(Ready::Hold) => {
+            let c = cell?;
+            put(mem, c + cell::HOLD, &b[pay..pay + len])?;
+            let port = sr.origin_port() as u32;
+            put(mem, c + cell::HELD_SEQ, &h.seq().to_le_bytes())?;
+            put(mem, c + cell::HELD_IDX, &(sr.idx as u32 | port << 16).to_le_bytes())?;
+            put(mem, c + cell::HELD, &h.tag().to_le_bytes())?;
+            std::sync::atomic::fence(Ordering::SeqCst);
+            // Raised meanwhile: the origin resends at once, as from the XDP node.
+            let status = match generation.load(Ordering::Acquire) == h.tag() {
+                true => Status::NotReady,
+                false => Status::Held,
+            };
+            return answer(b, status, 0);
+        }
+        Ok(Ready::Run) => run(b, h, &sr, op, pay, len, mem, cell)?,
     }
+    if sr.idx + 1 < sr.n {
+        let next = seg(b, sr.idx + 1)?;
+        b[HDR_LEN + 1] = sr.idx + 1;
+        return Some((pay + len, SocketAddrV4::new(next.ip().into(), next.port())));
+    }
+    let n = if op.answer_carries_payload() { len } else { 0 };
+    answer(b, Status::Ok, n)
+}
+
+/// Runs hop `op` on the payload and memory; a version-2 WRITE or
+/// REDUCE_WRITE then stamps its cell.
+#[allow(clippy::too_many_arguments)]
+fn run(
+    b: &mut [u8],
+    h: &NetdamHdr,
+    sr: &SrFixed,
+    op: HopOp,
+    pay: usize,
+    len: usize,
+    mem: &Memory,
+    cell: Option<u64>,
+) -> Option<()> {
     let vector = (Dtype::from_u8(h.dtype), Alu::from_u8(h.alu));
     match (op, vector) {
         (HopOp::Reduce | HopOp::ReduceWrite, (Some(dtype), Some(alu))) => {
@@ -311,15 +352,18 @@ fn hop(
         _ => return None,
     }
     if matches!(op, HopOp::Write | HopOp::ReduceWrite) {
-        let p = mem.range(sr.dst_addr(), len)?;
-        // SAFETY: in bounds (range).
-        unsafe { std::ptr::copy_nonoverlapping(b[pay..].as_ptr(), p, len) };
+        put(mem, sr.dst_addr(), &b[pay..pay + len])?;
+        if let Some(c) = cell {
+            put(mem, c + cell::DONE, &h.tag().to_le_bytes())?;
+        }
     }
-    if sr.idx + 1 < sr.n {
-        let next = seg(b, sr.idx + 1)?;
-        b[HDR_LEN + 1] = sr.idx + 1;
-        return Some((pay + len, SocketAddrV4::new(next.ip().into(), next.port())));
-    }
-    let n = if op.answer_carries_payload() { len } else { 0 };
-    answer(b, Status::Ok, n)
+    Some(())
+}
+
+/// Copies `data` into the memory at `addr`; `None` past its end.
+fn put(mem: &Memory, addr: u64, data: &[u8]) -> Option<()> {
+    let p = mem.range(addr, data.len())?;
+    // SAFETY: in bounds (range).
+    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
+    Some(())
 }

@@ -164,7 +164,9 @@ int netdam_allreduce(netdam_group *group, const void *sendbuf, void *recvbuf, ui
                      netdam_op op);
 /* The same on vectors already in the node's memory (no copy): input and
  * output at the same addresses of every member, in region rkey of the
- * config, the sync area at scratch_addr. */
+ * config, the sync area at scratch_addr. The ring's cells (a completion cell
+ * and room for a held partial per chunk: about the vector's size, see
+ * docs/collective.md) follow the output, 8-aligned, and must fit there. */
 int netdam_allreduce_at(netdam_group *group, uint64_t input_addr, uint64_t output_addr, uint64_t count,
                         netdam_dtype dtype, netdam_op op);
 

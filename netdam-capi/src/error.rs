@@ -128,7 +128,7 @@ impl From<CollectiveError> for Error {
             C::GroupSize(_) | C::Duplicate(_) | C::NotMember { .. } => Status::Group,
             C::Layout(_) => Status::Range,
             C::Mtu { .. } => Status::Arg,
-            C::Timeout { .. } | C::Sync { .. } => Status::Timeout,
+            C::Timeout { .. } | C::Incomplete { .. } => Status::Timeout,
             C::Refused { status, .. } => return refused(*status, e.to_string()),
             C::Stale { .. } => return refused(WireStatus::Stale, e.to_string()),
             C::NotReady { .. } => return refused(WireStatus::NotReady, e.to_string()),
@@ -150,7 +150,7 @@ impl From<StagedError> for Error {
         use StagedError as S;
         let status = match e {
             S::Collective(c) => return c.into(),
-            S::ScratchTooSmall { .. } | S::ScratchOutside { .. } | S::NoHalves { .. } => Status::Range,
+            S::ScratchTooSmall { .. } | S::ScratchOutside { .. } | S::NoParts { .. } => Status::Range,
             S::Misaligned(_) | S::Length { .. } | S::Mismatch { .. } => Status::Arg,
             // The group sets the sync area at the scratch area: a bug if not.
             S::SyncElsewhere { .. } => Status::Internal,

@@ -150,6 +150,7 @@ pub unsafe extern "C" fn netdam_group_chunk_elems(group: *const GroupHandle, dty
                 rkey: g.scratch.rkey,
                 input_addr: 0,
                 output_addr: 0,
+                cells_addr: 0,
                 count: 1,
                 dtype: dtype(dtype_code)?,
                 alu: netdam_common::wire::Alu::Add,
@@ -212,14 +213,17 @@ pub unsafe extern "C" fn netdam_allreduce_at(
         if count == 0 {
             return Ok(());
         }
-        g.coll.allreduce(&Allreduce {
+        let mut op = Allreduce {
             rkey: g.scratch.rkey,
             input_addr,
             output_addr,
+            cells_addr: 0,
             count,
             dtype,
             alu,
-        })?;
+        };
+        op.cells_addr = op.cells_after_output();
+        g.coll.allreduce(&op)?;
         Ok(())
     })
 }

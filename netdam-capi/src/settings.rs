@@ -25,7 +25,7 @@ use crate::{
     required,
 };
 
-/// Bytes of the scratch area unless set: two 2 MiB halves and the sync area.
+/// Bytes of the scratch area unless set: the sync area and three parts (input, output, cells) of about 1.3 MiB.
 pub const DEFAULT_SCRATCH_LEN: u64 = 4 << 20;
 /// netdam_settings.pin_dir's bytes, its NUL included.
 const PIN_DIR_LEN: usize = 256;

@@ -12,6 +12,7 @@ use thiserror::Error;
 
 use crate::testbed::{Served, Testbed, TestbedError};
 use netdam_user::collective::{
+    ring::RingPlan,
     sync_len,
     table::{redop, MemberRow, Row},
     TxPath,
@@ -78,11 +79,15 @@ impl SweepSpec {
         Ok(sizes)
     }
 
-    /// NetDAM memory of each node: the sync area's page, input and output of the largest size.
+    /// NetDAM memory of each node: the sync area's page, input, output and
+    /// the ring's cells (where `netdam allreduce` puts them: after the output)
+    /// of the largest size.
     fn layout(&self) -> (u64, u64, u64) {
         let input = 4096.max(sync_len(self.nodes).next_multiple_of(4096));
         let output = (input + self.max_bytes).next_multiple_of(4096);
-        let mem = (output + self.max_bytes).next_multiple_of(64 << 10);
+        let cells = (output + self.max_bytes).next_multiple_of(4096);
+        let cells_len = RingPlan::cells_len_of(self.nodes, self.dtype, self.max_bytes, self.mtu);
+        let mem = (cells + cells_len).next_multiple_of(64 << 10);
         (input, output, mem)
     }
 }

@@ -128,7 +128,7 @@ impl Group {
             addr: scratch_addr,
             len: scratch_len,
         };
-        // Misplaced or without room for halves: said now, not at the first all-reduce.
+        // Misplaced or without room for the parts: said now, not at the first all-reduce.
         scratch
             .check(collective.group().members.len(), node.config.mem_size)
             .map_err(|e| staged_error(py, e))?;
@@ -262,7 +262,7 @@ fn collective_error(py: Python<'_>, e: CollectiveError) -> PyErr {
         | CollectiveError::NotMember { .. }
         | CollectiveError::Layout(_)
         | CollectiveError::Mtu { .. } => PyValueError::new_err(message),
-        CollectiveError::Timeout { .. } | CollectiveError::NotReady { .. } | CollectiveError::Sync { .. } => {
+        CollectiveError::Timeout { .. } | CollectiveError::NotReady { .. } | CollectiveError::Incomplete { .. } => {
             TimeoutError::new_err(message)
         }
         CollectiveError::Refused { status, .. } => refused(py, message, status),

@@ -82,8 +82,8 @@ def group_misuse(pin_dir):
     """Each wrong call of a Group in host 0, and what it raised."""
     node = netdam.Node(pin_dir)
     g = netdam.Group(node, MEMBERS, RKEY, 8 << 20, 64 << 10)
-    # Room for halves of 64 bytes: 16 float32, less than one ring round of 3 x 348.
-    small = netdam.Group(node, MEMBERS, RKEY, 8 << 20, 192)
+    # Room for parts of 64 bytes: not even one chunk's cell (16 + 346 float32).
+    small = netdam.Group(node, MEMBERS, RKEY, 8 << 20, 256)
     f32 = np.ones(100, np.float32)
     calls = {
         "bitwise on float32": lambda: g.allreduce(f32, op="band"),
@@ -94,7 +94,7 @@ def group_misuse(pin_dir):
         "overlapping recv": lambda: g.allreduce(f32[:50], f32[25:75]),
         "unknown op": lambda: g.allreduce(f32, op="prod"),
         "scratch too small": lambda: small.allreduce(np.ones(2000, np.float32)),
-        "scratch without halves": lambda: netdam.Group(node, MEMBERS, RKEY, 8 << 20, 64),
+        "scratch without parts": lambda: netdam.Group(node, MEMBERS, RKEY, 8 << 20, 64),
         "scratch misaligned": lambda: netdam.Group(node, MEMBERS, RKEY, (8 << 20) + 4, 4096),
         "scratch outside the memory": lambda: netdam.Group(node, MEMBERS, RKEY, 16 << 20, 4096),
         "not a member": lambda: netdam.Group(node, MEMBERS[1:], RKEY, 0, 4096),
@@ -123,7 +123,7 @@ def test_group_arguments(testbed):
         "overlapping recv": ("ValueError", "shares memory"),
         "unknown op": ("ValueError", "not one of"),
         "scratch too small": ("ValueError", "scratch area of 192 bytes is too small for one piece of 1044 f32"),
-        "scratch without halves": ("ValueError", "leaves no room for an input and an output half"),
+        "scratch without parts": ("ValueError", "leaves no room for the input, output and cell parts"),
         "scratch misaligned": ("ValueError", "is not 8-byte aligned"),
         "scratch outside the memory": ("ValueError", "does not fit the node's 16777216-byte NetDAM memory"),
         "not a member": ("ValueError", "this node (198.18.0.1) is not in the group"),

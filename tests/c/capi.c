@@ -310,7 +310,8 @@ static int allreduce(int argc, char **argv) {
         } else {
             /* In the node's memory, past the scratch area, no copy by the library. */
             uint64_t input = cfg.scratch_addr + cfg.scratch_len, output = input + (bytes + 4095) / 4096 * 4096;
-            expect(output + bytes <= mem, "the vectors fit the memory");
+            /* The ring's cells follow the output: about the vector's size again. */
+            expect(output + 3 * bytes <= mem, "the vectors and the ring's cells fit the memory");
             memcpy(base + input, in, bytes);
             CHECK(netdam_allreduce_at(g, input, output, count, (netdam_dtype)d, (netdam_op)op));
             memcpy(out, base + output, bytes);
@@ -404,8 +405,8 @@ static int errors(char **argv) {
     cfg.scratch_len = 64 * 1024;
     cfg.scratch_addr = 4;
     report("scratch_misaligned", netdam_group_open(node, group, 3, &cfg, &g));
-    /* Room for the sync area and halves of 1 KiB: less than one piece of
-     * 3 members x E i32 elements (4 KiB and more at MTU 1500). */
+    /* Room for the sync area and three parts of 640 bytes: not even one
+     * chunk's cell (16 + 346 i32 elements at MTU 1500). */
     cfg.scratch_addr = 0;
     cfg.scratch_len = 64 + 2 * 1024;
     if (netdam_group_open(node, group, 3, &cfg, &g) != NETDAM_OK) failed("netdam_group_open");

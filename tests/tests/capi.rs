@@ -25,7 +25,7 @@ use netdam_user::collective::{inputs::member_input, staged};
 /// Region of every node: all of its memory, READ, WRITE and ATOMIC.
 const RKEY: u32 = 0x1234;
 const MEM: u64 = 4 << 20;
-/// The group's scratch area: the sync area at 0, then two halves of 32704 bytes.
+/// The group's scratch area: the sync area at 0, then input, output and cell parts of 21,824 bytes.
 const SCRATCH_LEN: u64 = 64 << 10;
 /// Where netdam_sync_restart starts the all-reduce test's rings (one past it).
 const RESTART_AT: u64 = 1000;
@@ -293,19 +293,19 @@ impl Case {
     fn rings(&self, members: usize) -> u64 {
         let w = self.dtype.width();
         let e = ring_chunk_elems(1500, members, w);
-        let half = staged::Scratch {
+        let part = staged::Scratch {
             rkey: RKEY,
             addr: 0,
             len: SCRATCH_LEN,
         }
-        .halves(members)
+        .parts(members)
         .unwrap()
         .len;
         match self.mode {
             "at" => 1,
             _ => self
                 .count
-                .div_ceil(staged::piece_elems(self.count, members, e, w, half).unwrap()),
+                .div_ceil(staged::piece_elems(self.count, members, e, w, part).unwrap()),
         }
     }
 }
@@ -326,7 +326,7 @@ fn c_allreduce_every_dtype_and_op_in_and_out_of_place_in_pieces_bit_exact() {
                     name: format!("c{}", cases.len()),
                     dtype,
                     alu,
-                    // About 80 KB: three pieces through halves of 32704 bytes.
+                    // About 80 KB: several pieces through parts of 21,824 bytes.
                     count: 80_000 / dtype.width() as u64 + 3,
                     mode,
                 });

@@ -25,10 +25,12 @@ const INPUT: u64 = 4096;
 
 fn op(count: u64, dtype: Dtype, alu: Alu) -> Allreduce {
     let bytes = count * dtype.width() as u64;
+    let output_addr = (INPUT + bytes).next_multiple_of(4096);
     Allreduce {
         rkey: RKEY,
         input_addr: INPUT,
-        output_addr: (INPUT + bytes).next_multiple_of(4096),
+        output_addr,
+        cells_addr: (output_addr + bytes).next_multiple_of(4096),
         count,
         dtype,
         alu,
@@ -113,8 +115,9 @@ fn eight_members_every_dtype_op_and_size() {
 
 #[test]
 fn sixty_four_mib_on_four_members() {
-    // Sync area in the first 4 KiB, then 64 MiB of input and 64 MiB of output.
-    let ring = Ring::new(4, "131136KiB", CollectiveConfig::default());
+    // Sync area in the first 4 KiB, then 64 MiB of input, 64 MiB of output
+    // and the cells (a 16-byte head and room for a held chunk per chunk).
+    let ring = Ring::new(4, "196MiB", CollectiveConfig::default());
     let count = (64 << 20) / 4;
     check(&ring, &op(count, Dtype::I32, Alu::Add), 1);
     check(&ring, &op(count, Dtype::F32, Alu::Add), 2);
@@ -230,7 +233,7 @@ fn a_member_whose_program_is_detached_mid_run_fails_the_others_clearly() {
         patience: Duration::from_secs(5),
         ..CollectiveConfig::default()
     };
-    let mut ring = Ring::new(3, "33MiB", cfg);
+    let mut ring = Ring::new(3, "50MiB", cfg);
     let o = op((16 << 20) / 4, Dtype::I32, Alu::Add);
     let ins = inputs(5, 3, &o);
     let silent = ring.ips()[2];
@@ -351,8 +354,8 @@ fn the_sweep_prints_the_nccl_table_and_writes_json_and_svg() {
 fn allreduce_refuses_bad_groups_and_layouts_and_names_a_refused_step() {
     require_root();
     let tb = Testbed::up(&unique_prefix(), 2, 1500).expect("testbed up");
-    // READ and WRITE but no ATOMIC: chunks run, the sync step is refused.
-    let mut args: Vec<String> = ["--mem-size", "1MiB", "--region", "0x77:0:1MiB:rw", "--mode", "native"]
+    // READ only: a chunk's REDUCE runs, its REDUCE_WRITE is refused.
+    let mut args: Vec<String> = ["--mem-size", "1MiB", "--region", "0x77:0:1MiB:r", "--mode", "native"]
         .map(String::from)
         .to_vec();
     for h in &tb.hosts {
@@ -374,7 +377,7 @@ fn allreduce_refuses_bad_groups_and_layouts_and_names_a_refused_step() {
             "--rkey",
             "0x77",
             "--count",
-            "100",
+            "1000",
         ])
         .args(["--timeout-ms", "50", "--retries", "2", "--patience", "3"])
         .args(extra);
@@ -391,8 +394,8 @@ fn allreduce_refuses_bad_groups_and_layouts_and_names_a_refused_step() {
         run(0, &ips.join(","), &["--output-addr", "4200"]),
         "overlaps the output",
     );
-    // Both members run; each raises its slot at the other with ACCUMULATE,
-    // which the region does not permit.
+    // Both members run, each with chunks of its own (1,000 i32 are 3 chunks
+    // of a 2-member ring); REDUCE_WRITE needs WRITE, which the region does not permit.
     let both = ips.join(",");
     let mut members: Vec<std::process::Child> = (0..2)
         .map(|i| {
@@ -406,7 +409,7 @@ fn allreduce_refuses_bad_groups_and_layouts_and_names_a_refused_step() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
             !out.status.success() && err.contains("refused by") && err.contains("FORBIDDEN"),
-            "the refused sync step is named with its status: {err}"
+            "the refused hop is named with its status: {err}"
         );
     }
 }

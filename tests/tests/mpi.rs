@@ -31,14 +31,15 @@ use netdam_user::stats::Stats;
 
 const RKEY: u32 = 0x3D1;
 const MEM: u64 = 64 << 10;
-/// The scratch area at address 0 of every node: the sync area, then two
-/// halves of 12 KiB, each two rounds of chunks of a group of 4 (4 x 344
-/// i32 = 5,504 bytes): 10,000 elements run as several rings.
-const SCRATCH_LEN: u64 = 64 + 2 * 12288;
+/// The scratch area at address 0 of every node: the sync area, then input,
+/// output and cell parts of 12 KiB, each holding the cells of one round of
+/// chunks of a group of 4 (4 x 342 i32, 4 x (16 + 1,368) bytes of cells):
+/// 10,000 elements run as several rings.
+const SCRATCH_LEN: u64 = 64 + 3 * 12288;
 const MTU: u32 = 1500;
 const NODES: usize = 4;
-/// One element, a few, one past a round of chunks of 4 members (4 x 344 + 1), more than the scratch area holds.
-const SIZES: &str = "1,7,1377,10000";
+/// One element, a few, one past a round of chunks of 4 members (4 x 342 + 1), more than the scratch area holds.
+const SIZES: &str = "1,7,1369,10000";
 /// Every job ends well within this (the longest, the sweep, in about 10 s).
 const LIMIT: Duration = Duration::from_secs(120);
 

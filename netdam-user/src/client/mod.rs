@@ -121,6 +121,7 @@ pub fn status_hint(s: Status) -> &'static str {
         Status::BadSr => " (bad SR header or segment)",
         Status::TooLarge => " (the answer would not fit the MTU: lower --mtu or the length)",
         Status::Forbidden => " (the region does not permit this op: see its PERMS letters)",
+        Status::Held => " (a version-2 CHAIN's partial waits at that member until it contributes)",
     }
 }
 

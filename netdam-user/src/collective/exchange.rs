@@ -4,7 +4,9 @@
 //!
 //! NOT_READY is not a failure: a member has not raised its generation yet,
 //! so the request is resent with a growing pause, for as long as the
-//! caller's patience lasts.
+//! caller's patience lasts. HELD is not either: the member's node keeps the
+//! partial until it contributes, so the request is only resent after a
+//! timeout's wait (in case the continuation is lost), not counted as a retry.
 
 use std::{
     cmp::Reverse,
@@ -37,6 +39,10 @@ pub struct Sent {
     pub resent: u64,
     /// Resends after NOT_READY.
     pub not_ready: u64,
+    /// HELD answers: a member's node holds the partial until it contributes.
+    pub held: u64,
+    /// Chunks sent on again from a member that had finished them (STALE).
+    pub repaired: u64,
 }
 
 impl std::ops::AddAssign for Sent {
@@ -44,6 +50,8 @@ impl std::ops::AddAssign for Sent {
         self.requests += o.requests;
         self.resent += o.resent;
         self.not_ready += o.not_ready;
+        self.held += o.held;
+        self.repaired += o.repaired;
     }
 }
 
@@ -90,7 +98,7 @@ struct Slot {
     timeouts: u32,
     /// Sends so far: a queued deadline that names an older send is stale.
     sends: u32,
-    /// NOT_READY answers so far, and when the first came.
+    /// NOT_READY answers so far, and when the first NOT_READY or HELD came.
     not_ready: u32,
     first_not_ready: Option<Instant>,
 }
@@ -180,12 +188,16 @@ where
 /// Sends `reqs` through `tx` until each has an OK answer (whose payload
 /// goes to `answered(i, payload)`), reading answers from `sock`. Answers to
 /// anything else, or from another node than `reqs.answerer` allows,
-/// arriving on the socket are ignored.
+/// arriving on the socket are ignored. With `parked`, a request answered
+/// STALE is set aside there (index, SR idx of the answer) instead of
+/// stopping the exchange: the collective repairs it (docs/PROTOCOL.md,
+/// version 2).
 pub fn exchange(
     sock: &UdpSocket,
     pacing: &Pacing,
     reqs: Requests,
     tx: &mut impl Transmit,
+    mut parked: Option<&mut Vec<(usize, u8)>>,
     mut answered: impl FnMut(usize, &[u8]),
 ) -> Result<Sent, Stopped> {
     let Requests {
@@ -259,6 +271,24 @@ pub fn exchange(
                             slots[i].state = State::Done;
                             done += 1;
                             in_flight -= 1;
+                        }
+                        Status::Stale if parked.is_some() && sr_idx.is_some() => {
+                            if let (Some(p), Some(idx)) = (parked.as_deref_mut(), sr_idx) {
+                                p.push((i, idx));
+                            }
+                            slots[i].state = State::Done;
+                            done += 1;
+                            in_flight -= 1;
+                        }
+                        Status::Held => {
+                            let now = Instant::now();
+                            let first = *slots[i].first_not_ready.get_or_insert(now);
+                            if now - first > pacing.patience {
+                                return Err(Stopped::NotReady { index: i, sr_idx, from });
+                            }
+                            sent.held += 1;
+                            slots[i].sends += 1;
+                            pauses.push(Reverse((now + pacing.timeout, i, slots[i].sends)));
                         }
                         Status::NotReady => {
                             let now = Instant::now();

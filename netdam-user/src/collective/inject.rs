@@ -48,6 +48,8 @@ pub struct Batch<'a> {
     pub total_bytes: u64,
     pub input_addr: u64,
     pub output_addr: u64,
+    pub cells_addr: u64,
+    pub cell_stride: u64,
 }
 
 impl Injector {
@@ -119,6 +121,8 @@ impl Injector {
         j.total_bytes = b.total_bytes;
         j.input_addr = b.input_addr;
         j.output_addr = b.output_addr;
+        j.cells_addr = b.cells_addr;
+        j.cell_stride = b.cell_stride;
         self.frame.truncate(whole as usize);
         self.frame.resize(whole as usize, 0);
         let len = self.frame.len() as u32;

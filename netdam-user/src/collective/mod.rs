@@ -1,28 +1,29 @@
 //! The collective engine: a ring all-reduce that the network does
-//! (PROTOCOL.md section 6). Each member places its input in its own NetDAM
-//! memory through the mmap, raises its generation, and starts the chunks it
-//! originates; the nodes' data paths reduce and write every chunk hop by
-//! hop, and no host CPU touches an intermediate hop.
+//! (PROTOCOL.md section 6, as version-2 CHAINs: docs/PROTOCOL.md, version 2).
+//! Each member places its input in its own NetDAM memory through the mmap,
+//! raises its generation, continues the partials its node held for it while
+//! it was not ready, and starts the chunks it originates; the nodes' data
+//! paths reduce and write every chunk hop by hop, and no host CPU touches an
+//! intermediate hop unless it arrived before its member had contributed.
 //!
-//! Completion: a member's own chunks are done when their answers are back
-//! (the answer comes after the chunk's last WRITE). It then raises its slot
-//! in every member's sync area (ACCUMULATE MAX, idempotent and monotonic)
-//! and waits until every slot of its own sync area has reached the
-//! generation: then every chunk has been written into its output, and no
-//! member still needs its input, so the next generation may overwrite it.
-//! Late retransmissions of a finished generation are answered STALE by
-//! members that have moved on and are ignored.
+//! Completion is read from memory: every WRITE and REDUCE_WRITE hop stamps
+//! the chunk's cell in the member's node with the generation, so a member
+//! knows its output is complete when every cell says so. It returns when
+//! that holds and its own chunks are answered (the answer follows a chunk's
+//! last WRITE, so then no member needs the chunk's resend). No sync round:
+//! a resend of a finished chunk that meets a member already at the next
+//! generation is repaired there from that member's output (version 2).
 //!
 //! Generations: every member picks one past the generation it last
 //! finished, so members in lockstep agree, and a failed round is retried
-//! with the same generation. In lockstep no chunk is ever answered STALE (a
-//! member moves on only after every member's chunks are done), so STALE
-//! means a member got ahead when others failed mid-round: the origin READs
-//! that member's raised-generation cell, adopts it and restarts the round,
-//! and the group converges instead of failing forever.
+//! with the same generation. STALE (a member two generations on) means a
+//! member got ahead when others failed mid-round: the origin READs that
+//! member's raised-generation cell, adopts it and restarts the round, and
+//! the group converges instead of failing forever.
 //!
-//! The sync area of a group of N: N u64 slots (the generation each member
-//! finished), then one u64 cell (the generation this member raised).
+//! The sync area of a group of N: N u64 slots (slot r: the generation member
+//! r finished; each member keeps only its own), then one u64 cell (the
+//! generation this member raised).
 
 pub mod afxdp_tx;
 mod exchange;
@@ -41,8 +42,9 @@ use afxdp_tx::AfXdpTx;
 use exchange::{exchange, Answerer, Pacing, Requests, Sent, SocketTx, Stopped};
 use inject::{Batch, Injector};
 use netdam_common::{
-    chain::{ring_member, MAX_RING},
-    wire::{flags, Alu, Dtype},
+    alu::combine_into,
+    chain::{cell, ring_hop, ring_member, HopOp, MAX_RING},
+    wire::{Alu, Dtype},
     NetdamHdr, Opcode, Status,
 };
 use ring::{RingPlan, RingRequest};
@@ -93,12 +95,15 @@ pub struct Group {
 
 /// One all-reduce: `count` elements at `input_addr` of every member,
 /// combined with `alu`, the result at `output_addr` of every member; both
-/// ranges (and the sync area) inside region `rkey` at every member.
+/// ranges, the cell area at `cells_addr` (`RingPlan::cells_len` bytes,
+/// 8-aligned: a completion cell and room for a held partial per chunk) and
+/// the sync area inside region `rkey` at every member.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Allreduce {
     pub rkey: u32,
     pub input_addr: u64,
     pub output_addr: u64,
+    pub cells_addr: u64,
     pub count: u64,
     pub dtype: Dtype,
     pub alu: Alu,
@@ -107,6 +112,12 @@ pub struct Allreduce {
 impl Allreduce {
     pub fn bytes(&self) -> u64 {
         self.count * self.dtype.width() as u64
+    }
+
+    /// The first 8-aligned address past the output: where a layout with no
+    /// reason to put the cells elsewhere puts them.
+    pub fn cells_after_output(&self) -> u64 {
+        (self.output_addr + self.bytes()).next_multiple_of(cell::ALIGN)
     }
 }
 
@@ -122,8 +133,8 @@ pub struct CollectiveConfig {
     pub timeout: Duration,
     /// Resends of a chunk after timeouts before giving up.
     pub retries: u32,
-    /// How long to wait for other members: to raise their generation
-    /// (NOT_READY) and to finish their chunks (the sync area).
+    /// How long to wait for other members: to contribute (a chunk held at
+    /// their node, or NOT_READY) and to complete this member's output.
     pub patience: Duration,
     /// Where the sync area (`sync_len` bytes, 8-aligned) lies in every member's memory.
     pub sync_addr: u64,
@@ -197,22 +208,58 @@ pub enum CollectiveError {
     /// A member is at a later generation; `allreduce` adopts it and does not return this.
     #[error("all-reduce generation {generation}: {member} is already at a later generation (STALE)")]
     Stale { generation: u32, member: Ipv4Addr },
-    #[error("all-reduce generation {generation}: {member} did not raise its generation within {waited:?} (NOT_READY): is the collective running there?")]
+    #[error("all-reduce generation {generation}: {member} did not contribute within {waited:?} (its node held or refused the chunk): is the collective running there?")]
     NotReady {
         generation: u32,
         member: Ipv4Addr,
         waited: Duration,
     },
-    #[error("all-reduce generation {generation}: members {behind:?} did not finish their chunks within {waited:?}")]
-    Sync {
+    #[error(
+        "all-reduce generation {generation}: this member's output was not complete within {waited:?}: {missing} \
+         not written; they start at {originators:?}: is the collective running there, with the same count, dtype and op?"
+    )]
+    Incomplete {
         generation: u32,
-        behind: Vec<Ipv4Addr>,
+        missing: String,
+        originators: Vec<Ipv4Addr>,
         waited: Duration,
     },
     #[error("the node: {0}")]
     Node(#[from] ControllerError),
     #[error("{0}: {1}")]
     Io(String, #[source] std::io::Error),
+}
+
+/// A chunk of this member's to send on from SR idx `idx` with `payload`,
+/// the chunk's final value read where a member had moved on.
+struct Repair {
+    chunk: u64,
+    idx: usize,
+    payload: Vec<u8>,
+}
+
+/// What every chunk request of `op` at `generation` shares, for the member
+/// at `origin` (its IPv4 address and socket port).
+fn ring_request<'a>(
+    group: &'a Group,
+    origin: (Ipv4Addr, u16),
+    nop_hops: bool,
+    op: &Allreduce,
+    generation: u32,
+) -> RingRequest<'a> {
+    RingRequest {
+        group: &group.members,
+        port: group.port,
+        origin,
+        rkey: op.rkey,
+        input_addr: op.input_addr,
+        output_addr: op.output_addr,
+        cells_addr: op.cells_addr,
+        dtype: op.dtype,
+        alu: op.alu,
+        generation,
+        nop_hops,
+    }
 }
 
 /// "3 chunk(s) (0, 4, 8)": the first 16 of `items`, named by `noun`.
@@ -235,6 +282,13 @@ fn silent_text(silent: &[Ipv4Addr]) -> String {
 
 /// Chunks in flight of the whole group by default.
 const GROUP_WINDOW: usize = 128;
+
+/// How long a member spins on its cells before it sleeps between looks, and
+/// how long it sleeps: the last chunks of a call land within microseconds of
+/// each other, and a spinning member takes a CPU from the softirqs that
+/// carry them.
+const SPIN: Duration = Duration::from_micros(50);
+const POLL: Duration = Duration::from_micros(10);
 
 /// Receive buffer of the collective's socket. Answers that arrive through
 /// veth's XDP path cost a page each, so the default 208 KiB holds only
@@ -284,7 +338,13 @@ pub struct Report {
     pub sent: u64,
     pub resent: u64,
     pub not_ready: u64,
-    /// From the raise of the generation to the completion of the sync area.
+    /// HELD answers to this member's chunks (a member had not contributed yet).
+    pub held: u64,
+    /// Partials this member's node held for it, which it continued after raising.
+    pub continued: u64,
+    /// This member's chunks repaired after a STALE answer (PROTOCOL.md version 2).
+    pub repaired: u64,
+    /// From the raise of the generation until this member's output is complete.
     pub elapsed: Duration,
     /// How the chunks left.
     pub transmit: TxPath,
@@ -458,16 +518,20 @@ impl<N: MemberNode> Collective<N> {
 
     /// Runs one all-reduce of the input this member has placed at
     /// `op.input_addr`; when it returns, `op.output_addr` holds the result
-    /// at every member that returned too.
+    /// at this member. The input may be overwritten once it returns.
     pub fn allreduce(&mut self, op: &Allreduce) -> Result<Report, CollectiveError> {
         tighten_timer_slack();
         let plan = self.plan(op)?;
-        self.check_layout(op)?;
+        self.check_layout(op, &plan)?;
         let mut generation = self.next_generation()?;
         let started = Instant::now();
         let mine: Vec<u64> = plan.chunks_of(self.rank).collect();
+        let mut continued = 0;
         let chunks = loop {
             self.raise(op.rkey, generation)?;
+            if !self.cfg.nop_hops {
+                continued += self.continue_held(op, &plan, generation)?;
+            }
             match self.run_chunks(op, &plan, &mine, generation) {
                 Err(CollectiveError::Stale { member, .. }) => {
                     // At least one past ours: the group climbs even if the cell lags the generation.
@@ -480,7 +544,10 @@ impl<N: MemberNode> Collective<N> {
                 other => break other?,
             }
         };
-        self.sync(op.rkey, generation)?;
+        if !self.cfg.nop_hops {
+            self.wait_complete(op, &plan, generation)?;
+        }
+        self.finish(generation)?;
         Ok(Report {
             generation,
             chunks: plan.chunks(),
@@ -488,6 +555,9 @@ impl<N: MemberNode> Collective<N> {
             sent: chunks.requests,
             resent: chunks.resent,
             not_ready: chunks.not_ready,
+            held: chunks.held,
+            continued,
+            repaired: chunks.repaired,
             elapsed: started.elapsed(),
             transmit: self.transmit(),
         })
@@ -498,7 +568,128 @@ impl<N: MemberNode> Collective<N> {
         let (sync, _) = self.sync_range();
         let cell = sync + SYNC_SLOT * self.group.members.len() as u64;
         self.node.write(cell, &(generation as u64).to_le_bytes())?;
-        Ok(self.node.set_generation(rkey, generation)?)
+        self.node.set_generation(rkey, generation)?;
+        // The raise before the cells are read (PROTOCOL.md version 2): a
+        // partial the node held before it is seen below, one after it the node runs.
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Runs, for every chunk whose partial this member's node held for
+    /// `generation`, the hop the node could not run (PROTOCOL.md version 2):
+    /// the partial combined with this member's input, stored and stamped at
+    /// a REDUCE_WRITE, and sent on to the next segment as the node would
+    /// have forwarded it. Returns how many it continued.
+    fn continue_held(&self, op: &Allreduce, plan: &RingPlan, generation: u32) -> Result<u64, CollectiveError> {
+        let n = plan.members;
+        let req = self.ring_request(op, generation);
+        let stride = plan.cell_stride();
+        let mut continued = 0;
+        let mut head = [0u8; cell::HDR_LEN as usize];
+        let (mut buf, mut input) = (Vec::new(), Vec::new());
+        for k in (0..plan.chunks()).filter(|k| (k % n as u64) as usize != self.rank) {
+            let at = op.cells_addr + k * stride;
+            self.node.read_into(at, &mut head)?;
+            let field =
+                |off: u64| u32::from_le_bytes(head[off as usize..off as usize + 4].try_into().expect("4 bytes"));
+            if field(cell::HELD) != generation {
+                continue;
+            }
+            let (seq, idx) = (field(cell::HELD_SEQ), head[cell::HELD_IDX as usize] as usize);
+            let port = u16::from_le_bytes([head[cell::HELD_PORT as usize], head[cell::HELD_PORT as usize + 1]]);
+            let originator = (k % n as u64) as usize;
+            // Only a hop of this member's own in the ring's first pass is held here.
+            let hop = ring_hop(idx, n);
+            if idx + 1 >= 2 * (n - 1)
+                || ring_member(originator, idx, n) != self.rank
+                || !matches!(hop, HopOp::Reduce | HopOp::ReduceWrite)
+            {
+                log::warn!("chunk {k}: cell holds a partial at SR idx {idx}, not a hop of this member: ignored");
+                continue;
+            }
+            let (off, len) = plan.span(k);
+            buf.clear();
+            let to = req.hop_header(plan, k, seq, (self.group.members[originator], port), idx + 1, &mut buf);
+            let payload_at = buf.len();
+            buf.resize(payload_at + len, 0);
+            self.node.read_into(at + cell::HOLD, &mut buf[payload_at..])?;
+            input.resize(len, 0);
+            self.node.read_into(op.input_addr + off, &mut input)?;
+            combine_into(op.dtype, op.alu, &mut buf[payload_at..], &input);
+            if hop == HopOp::ReduceWrite {
+                self.node.write(op.output_addr + off, &buf[payload_at..])?;
+                self.node.write(at + cell::DONE, &generation.to_le_bytes())?;
+            }
+            let dest = SocketAddrV4::new(to, self.group.port);
+            // A lost send is a lost frame: the origin's resend covers it.
+            if let Err(e) = self.sock.send_to(&buf, dest) {
+                log::debug!("continuing chunk {k} to {dest}: {e}");
+            }
+            continued += 1;
+        }
+        Ok(continued)
+    }
+
+    /// Waits until every chunk's cell in this member's node says its result
+    /// for `generation` is in the output: spinning briefly, then sleeping.
+    fn wait_complete(&self, op: &Allreduce, plan: &RingPlan, generation: u32) -> Result<(), CollectiveError> {
+        let stride = plan.cell_stride();
+        let chunks = plan.chunks();
+        let deadline = Instant::now() + self.cfg.patience;
+        let spin_until = Instant::now() + SPIN;
+        let mut next = 0u64;
+        let mut done = [0u8; 4];
+        loop {
+            while next < chunks {
+                self.node
+                    .read_into(op.cells_addr + next * stride + cell::DONE, &mut done)?;
+                if u32::from_le_bytes(done) != generation {
+                    break;
+                }
+                next += 1;
+            }
+            if next == chunks {
+                // The stamps come after their data.
+                std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now > deadline {
+                let missing: Vec<u64> = (next..chunks)
+                    .filter(|k| {
+                        let mut d = [0u8; 4];
+                        self.node
+                            .read_into(op.cells_addr + k * stride + cell::DONE, &mut d)
+                            .is_err()
+                            || u32::from_le_bytes(d) != generation
+                    })
+                    .collect();
+                let n = self.group.members.len() as u64;
+                let mut originators: Vec<Ipv4Addr> =
+                    missing.iter().map(|k| self.group.members[(k % n) as usize]).collect();
+                originators.sort();
+                originators.dedup();
+                return Err(CollectiveError::Incomplete {
+                    generation,
+                    missing: list("chunk", &missing.iter().map(u64::to_string).collect::<Vec<_>>()),
+                    originators,
+                    waited: self.cfg.patience,
+                });
+            }
+            if now < spin_until {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(POLL);
+            }
+        }
+    }
+
+    /// Records `generation` as finished in this member's own slot, where
+    /// `next_generation` reads it.
+    fn finish(&self, generation: u32) -> Result<(), CollectiveError> {
+        let (sync, _) = self.sync_range();
+        let slot_addr = sync + SYNC_SLOT * self.rank as u64;
+        Ok(self.node.write(slot_addr, &(generation as u64).to_le_bytes())?)
     }
 
     /// The generation `member` has raised, READ from its sync area's cell.
@@ -564,7 +755,7 @@ impl<N: MemberNode> Collective<N> {
             },
             buf: Vec::new(),
         };
-        exchange(&self.sock, pacing, reqs, &mut tx, answered)
+        exchange(&self.sock, pacing, reqs, &mut tx, None, answered)
     }
 
     fn pacing(&self) -> Pacing {
@@ -583,8 +774,8 @@ impl<N: MemberNode> Collective<N> {
         (self.cfg.sync_addr, sync_len(self.group.members.len()))
     }
 
-    /// Input, output and sync area inside the memory, apart, and aligned.
-    fn check_layout(&self, op: &Allreduce) -> Result<(), CollectiveError> {
+    /// Input, output, cells and sync area inside the memory, apart, and aligned.
+    fn check_layout(&self, op: &Allreduce, plan: &RingPlan) -> Result<(), CollectiveError> {
         let size = self.node.mem_len() as u64;
         let bytes = op.bytes();
         let w = op.dtype.width() as u64;
@@ -592,6 +783,7 @@ impl<N: MemberNode> Collective<N> {
         let ranges = [
             ("input", op.input_addr, bytes),
             ("output", op.output_addr, bytes),
+            ("cell area", op.cells_addr, plan.cells_len()),
             ("sync area", sync, sync_len),
         ];
         if op.count == 0 {
@@ -613,9 +805,13 @@ impl<N: MemberNode> Collective<N> {
                 }
             }
         }
-        if !op.input_addr.is_multiple_of(w) || !op.output_addr.is_multiple_of(w) || !sync.is_multiple_of(SYNC_SLOT) {
+        if !op.input_addr.is_multiple_of(w)
+            || !op.output_addr.is_multiple_of(w)
+            || !sync.is_multiple_of(SYNC_SLOT)
+            || !op.cells_addr.is_multiple_of(cell::ALIGN)
+        {
             return Err(CollectiveError::Layout(format!(
-                "input and output must be aligned to the {w}-byte {} elements and the sync area to 8 bytes",
+                "input and output must be aligned to the {w}-byte {} elements and the sync and cell areas to 8 bytes",
                 op.dtype.name()
             )));
         }
@@ -648,18 +844,7 @@ impl<N: MemberNode> Collective<N> {
         mine: &[u64],
         generation: u32,
     ) -> Result<Sent, CollectiveError> {
-        let req = RingRequest {
-            group: &self.group.members,
-            port: self.group.port,
-            origin: self.origin,
-            rkey: op.rkey,
-            input_addr: op.input_addr,
-            output_addr: op.output_addr,
-            dtype: op.dtype,
-            alu: op.alu,
-            generation,
-            nop_hops: self.cfg.nop_hops,
-        };
+        let req = ring_request(&self.group, self.origin, self.cfg.nop_hops, op, generation);
         let n = self.group.members.len();
         let port = self.group.port;
         // Every chunk a member originates goes first to member o+1.
@@ -678,6 +863,7 @@ impl<N: MemberNode> Collective<N> {
             },
         };
         let mut read_failed = None;
+        let mut parked = Vec::new();
         let node = &self.node;
         let build = |i: usize, seq: u32, buf: &mut Vec<u8>| {
             req.chunk_header(plan, mine[i], seq, buf);
@@ -703,12 +889,14 @@ impl<N: MemberNode> Collective<N> {
                     total_bytes: op.bytes(),
                     input_addr: op.input_addr,
                     output_addr: op.output_addr,
+                    cells_addr: op.cells_addr,
+                    cell_stride: plan.cell_stride(),
                 });
-                exchange(&self.sock, &pacing, reqs, injector, |_, _| {})
+                exchange(&self.sock, &pacing, reqs, injector, Some(&mut parked), |_, _| {})
             }
             (None, Some(xsk), Some(_)) => {
                 let mut tx = xsk.to(self.origin.1, first_hop, build)?;
-                exchange(&self.sock, &pacing, reqs, &mut tx, |_, _| {})
+                exchange(&self.sock, &pacing, reqs, &mut tx, Some(&mut parked), |_, _| {})
             }
             _ => {
                 let mut tx = SocketTx {
@@ -717,13 +905,137 @@ impl<N: MemberNode> Collective<N> {
                     build,
                     buf: Vec::new(),
                 };
-                exchange(&self.sock, &pacing, reqs, &mut tx, |_, _| {})
+                exchange(&self.sock, &pacing, reqs, &mut tx, Some(&mut parked), |_, _| {})
             }
         };
         if let Some(e) = read_failed {
             return Err(e.into());
         }
-        result.map_err(|stop| self.explain(stop, generation, "chunk", |i| mine[i].to_string(), |i| mine[i]))
+        let mut sent =
+            result.map_err(|stop| self.explain(stop, generation, "chunk", |i| mine[i].to_string(), |i| mine[i]))?;
+        // Chunks answered STALE: repaired from the member that moved on, as
+        // often as members ahead are met (each round passes at least one).
+        let mut stale: Vec<(u64, u8)> = parked.iter().map(|&(i, idx)| (mine[i], idx)).collect();
+        for _ in 0..2 * n {
+            if stale.is_empty() {
+                break;
+            }
+            let repairs = self.repairs(op, plan, generation, &stale)?;
+            sent.repaired += repairs.len() as u64;
+            stale.clear();
+            if repairs.is_empty() {
+                break;
+            }
+            let reqs = Requests {
+                n: repairs.len(),
+                seq_base: rand::random(),
+                tag: generation,
+                answerer: reqs.answerer,
+            };
+            let members = &self.group.members;
+            let mut tx = SocketTx {
+                sock: &self.sock,
+                dest: |i: usize| SocketAddrV4::new(members[ring_member(self.rank, repairs[i].idx, n)], port),
+                build: |i: usize, seq: u32, buf: &mut Vec<u8>| {
+                    req.hop_header(plan, repairs[i].chunk, seq, self.origin, repairs[i].idx, buf);
+                    buf.extend_from_slice(&repairs[i].payload);
+                },
+                buf: Vec::new(),
+            };
+            parked.clear();
+            sent += exchange(&self.sock, &pacing, reqs, &mut tx, Some(&mut parked), |_, _| {}).map_err(|stop| {
+                self.explain(
+                    stop,
+                    generation,
+                    "repaired chunk",
+                    |i| repairs[i].chunk.to_string(),
+                    |i| repairs[i].chunk,
+                )
+            })?;
+            stale = parked.iter().map(|&(i, idx)| (repairs[i].chunk, idx)).collect();
+        }
+        if let Some(&(chunk, idx)) = stale.first() {
+            let member = self.group.members[ring_member(self.rank, idx as usize, n)];
+            log::warn!("chunk {chunk} still STALE at {member} after {} repair rounds", 2 * n);
+            return Err(CollectiveError::Stale { generation, member });
+        }
+        Ok(sent)
+    }
+
+    /// The repairs of this member's chunks answered STALE (chunk, SR idx of
+    /// the member that answered): that member has finished `generation`, so
+    /// its output holds the chunk's final value; the chunk goes on from the
+    /// segment after the last one naming that member, with that value
+    /// (PROTOCOL.md version 2). None for a chunk that member ends. A member
+    /// two generations on is no repair: `CollectiveError::Stale`, which
+    /// `allreduce` answers by adopting its generation.
+    fn repairs(
+        &self,
+        op: &Allreduce,
+        plan: &RingPlan,
+        generation: u32,
+        stale: &[(u64, u8)],
+    ) -> Result<Vec<Repair>, CollectiveError> {
+        let n = plan.members;
+        let segments = 2 * (n - 1);
+        let mut repairs = Vec::new();
+        for &(chunk, idx) in stale {
+            let rank = ring_member(self.rank, idx as usize, n);
+            let member = self.group.members[rank];
+            // The cell is raised before the generation: at least what the node has.
+            if self.raised_at(member, op.rkey, generation)? != generation + 1 {
+                return Err(CollectiveError::Stale { generation, member });
+            }
+            let last = (0..segments)
+                .rfind(|&i| ring_member(self.rank, i, n) == rank)
+                .unwrap_or(0);
+            if last + 1 == segments {
+                continue;
+            }
+            let (off, len) = plan.span(chunk);
+            let mut payload = vec![0u8; len];
+            self.plain(
+                &[member],
+                generation,
+                &self.pacing(),
+                |_| {
+                    let mut h = NetdamHdr::request(Opcode::Read);
+                    h.set_rkey(op.rkey);
+                    h.set_addr(op.output_addr + off);
+                    h.set_len(len as u16);
+                    (h, vec![0; len])
+                },
+                |_, got| {
+                    if got.len() == len {
+                        payload.copy_from_slice(got);
+                    }
+                },
+            )
+            .map_err(|stop| {
+                self.explain(
+                    stop,
+                    generation,
+                    "READ of a finished chunk at",
+                    |_| member.to_string(),
+                    |_| 0,
+                )
+            })?;
+            log::debug!(
+                "chunk {chunk}: {member} has finished generation {generation}; going on from segment {}",
+                last + 1
+            );
+            repairs.push(Repair {
+                chunk,
+                idx: last + 1,
+                payload,
+            });
+        }
+        Ok(repairs)
+    }
+
+    /// What every chunk request of `op` at `generation` shares.
+    fn ring_request(&self, op: &Allreduce, generation: u32) -> RingRequest<'_> {
+        ring_request(&self.group, self.origin, self.cfg.nop_hops, op, generation)
     }
 
     /// How chunks leave.
@@ -784,55 +1096,6 @@ impl<N: MemberNode> Collective<N> {
                 waited: self.cfg.patience,
             },
             Stopped::Io(e) => CollectiveError::Io("the collective's UDP socket".into(), e),
-        }
-    }
-
-    /// Raises this member's slot to `generation` in every member's sync
-    /// area, then waits until every slot of its own has reached it.
-    fn sync(&self, rkey: u32, generation: u32) -> Result<(), CollectiveError> {
-        let (sync, _) = self.sync_range();
-        let slot_addr = sync + SYNC_SLOT * self.rank as u64;
-        self.node.write(slot_addr, &(generation as u64).to_le_bytes())?;
-        let others: Vec<Ipv4Addr> = (0..self.group.members.len())
-            .filter(|&m| m != self.rank)
-            .map(|m| self.group.members[m])
-            .collect();
-        self.plain(
-            &others,
-            generation,
-            &self.pacing(),
-            |_| {
-                let mut h = NetdamHdr::request(Opcode::Accumulate);
-                h.flags = flags::ACK_REQ;
-                h.dtype = Dtype::U64 as u8;
-                h.alu = Alu::Max as u8;
-                h.set_rkey(rkey);
-                h.set_addr(slot_addr);
-                h.set_len(SYNC_SLOT as u16);
-                (h, (generation as u64).to_le_bytes().to_vec())
-            },
-            |_, _| {},
-        )
-        .map_err(|stop| self.explain(stop, generation, "sync slot raise at", |i| others[i].to_string(), |_| 0))?;
-        let deadline = Instant::now() + self.cfg.patience;
-        loop {
-            let slots = self.sync_slots()?;
-            if slots.iter().all(|&s| s >= generation as u64) {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(CollectiveError::Sync {
-                    generation,
-                    behind: slots
-                        .iter()
-                        .zip(&self.group.members)
-                        .filter(|(s, _)| **s < generation as u64)
-                        .map(|(_, m)| *m)
-                        .collect(),
-                    waited: self.cfg.patience,
-                });
-            }
-            std::thread::sleep(Duration::from_micros(10));
         }
     }
 

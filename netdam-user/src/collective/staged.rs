@@ -4,21 +4,26 @@
 //! and the result is copied out.
 //!
 //! The scratch area, the same at every member: the sync area of the group
-//! (`sync_len`, rounded up to 64 bytes), then an input half and an output
-//! half. A vector larger than a half runs as several rings, one a piece;
+//! (`sync_len`, rounded up to 64 bytes), then three equal parts: input,
+//! output, and the ring's cells (a completion cell and room for a held
+//! partial per chunk, docs/PROTOCOL.md version 2). A vector larger than a
+//! part runs as several rings, one a piece;
 //! every piece but the last holds a whole multiple of members x E elements
 //! (E: the ring's chunk, PROTOCOL.md section 6), so chunk k of a piece is
 //! chunk k of the whole vector shifted by a multiple of N chunks, has the
 //! same originator, and is folded in the same order: the result is
 //! bit-exact with one ring over the whole vector (`chain::ring_result`).
 
-use netdam_common::wire::{Alu, Dtype};
+use netdam_common::{
+    chain::ring_cell_stride,
+    wire::{Alu, Dtype},
+};
 use thiserror::Error;
 
 use super::{sync_len, Allreduce, Collective, CollectiveError, MemberNode, Report};
 
-/// Alignment of the halves in the scratch area (a cache line).
-const HALF_ALIGN: u64 = 64;
+/// Alignment of the parts in the scratch area (a cache line).
+const PART_ALIGN: u64 = 64;
 
 /// Where the scratch area lies at every member: inside region `rkey`, `len` bytes from `addr`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,12 +33,13 @@ pub struct Scratch {
     pub len: u64,
 }
 
-/// The input and output halves of a scratch area for a group of `members`.
+/// The input, output and cell parts of a scratch area for a group of `members`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Halves {
+pub struct Parts {
     pub input_addr: u64,
     pub output_addr: u64,
-    /// Bytes of each half.
+    pub cells_addr: u64,
+    /// Bytes of each part.
     pub len: u64,
 }
 
@@ -42,7 +48,7 @@ pub enum StagedError {
     #[error(
         "the scratch area of {len} bytes is too small for one piece of {elems} {dtype} elements \
          ({members} members x {chunk_elems} per chunk): it needs {needed} bytes (the sync area, \
-         rounded up to {HALF_ALIGN}, then an input and an output half)"
+         rounded up to {PART_ALIGN}, then equal input, output and cell parts)"
     )]
     ScratchTooSmall {
         len: u64,
@@ -55,10 +61,10 @@ pub enum StagedError {
     #[error("the scratch area [{addr:#x}, +{len:#x}) does not fit the node's {size}-byte NetDAM memory")]
     ScratchOutside { addr: u64, len: u64, size: u64 },
     #[error(
-        "the scratch area of {len} bytes leaves no room for an input and an output half after the sync area \
-         of {members} members ({sync} bytes, rounded up to {HALF_ALIGN})"
+        "the scratch area of {len} bytes leaves no room for the input, output and cell parts after the sync area \
+         of {members} members ({sync} bytes, rounded up to {PART_ALIGN})"
     )]
-    NoHalves { len: u64, members: usize, sync: u64 },
+    NoParts { len: u64, members: usize, sync: u64 },
     #[error(
         "the scratch area starts at {scratch:#x} but the collective's sync area is at {sync:#x}: \
          they must be the same (CollectiveConfig::sync_addr)"
@@ -80,8 +86,8 @@ pub enum StagedError {
 
 impl Scratch {
     /// Checks that the area is aligned, fits a node memory of `mem_len`
-    /// bytes and has room for halves after the sync area of `members`.
-    pub fn check(&self, members: usize, mem_len: u64) -> Result<Halves, StagedError> {
+    /// bytes and has room for the parts after the sync area of `members`.
+    pub fn check(&self, members: usize, mem_len: u64) -> Result<Parts, StagedError> {
         if !self.addr.is_multiple_of(8) {
             return Err(StagedError::Misaligned(self.addr));
         }
@@ -92,34 +98,36 @@ impl Scratch {
                 size: mem_len,
             });
         }
-        self.halves(members).filter(|h| h.len > 0).ok_or(StagedError::NoHalves {
+        self.parts(members).filter(|h| h.len > 0).ok_or(StagedError::NoParts {
             len: self.len,
             members,
             sync: sync_len(members),
         })
     }
 
-    /// The halves of this area for a group of `members`; `None` when the
+    /// The parts of this area for a group of `members`; `None` when the
     /// sync area leaves no room for them.
-    pub fn halves(&self, members: usize) -> Option<Halves> {
-        let sync = sync_len(members).next_multiple_of(HALF_ALIGN);
-        let half = (self.len.checked_sub(sync)? / 2) / HALF_ALIGN * HALF_ALIGN;
+    pub fn parts(&self, members: usize) -> Option<Parts> {
+        let sync = sync_len(members).next_multiple_of(PART_ALIGN);
+        let part = (self.len.checked_sub(sync)? / 3) / PART_ALIGN * PART_ALIGN;
         let input_addr = self.addr + sync;
-        Some(Halves {
+        Some(Parts {
             input_addr,
-            output_addr: input_addr + half,
-            len: half,
+            output_addr: input_addr + part,
+            cells_addr: input_addr + 2 * part,
+            len: part,
         })
     }
 }
 
 /// Elements of each piece of a `count`-element vector of `width`-byte
-/// elements staged through halves of `half` bytes by a ring of `members`
-/// with chunks of `chunk_elems`: the whole vector when it fits a half, else
-/// the most whole multiples of members x chunk_elems that fit; `None` when
-/// not even one multiple fits.
-pub fn piece_elems(count: u64, members: usize, chunk_elems: u32, width: u32, half: u64) -> Option<u64> {
-    let fits = half / width as u64;
+/// elements staged through parts of `part` bytes by a ring of `members`
+/// with chunks of `chunk_elems`: the whole vector when it (and its cells)
+/// fit a part, else the most whole multiples of members x chunk_elems that
+/// fit; `None` when not even one multiple fits.
+pub fn piece_elems(count: u64, members: usize, chunk_elems: u32, width: u32, part: u64) -> Option<u64> {
+    let cells_fit = part / ring_cell_stride(chunk_elems, width) * chunk_elems as u64;
+    let fits = (part / width as u64).min(cells_fit);
     if count <= fits {
         return Some(count);
     }
@@ -131,10 +139,12 @@ pub fn piece_elems(count: u64, members: usize, chunk_elems: u32, width: u32, hal
 }
 
 /// Bytes a scratch area needs for pieces of one multiple of members x
-/// chunk_elems (or of the whole vector, if smaller).
+/// chunk_elems (or of the whole vector, if smaller): the cells of its
+/// chunks are the largest part.
 pub fn scratch_needed(count: u64, members: usize, chunk_elems: u32, width: u32) -> u64 {
     let elems = count.min(members as u64 * chunk_elems as u64);
-    sync_len(members).next_multiple_of(HALF_ALIGN) + 2 * (elems * width as u64).next_multiple_of(HALF_ALIGN)
+    let cells = elems.div_ceil(chunk_elems as u64) * ring_cell_stride(chunk_elems, width);
+    sync_len(members).next_multiple_of(PART_ALIGN) + 3 * cells.next_multiple_of(PART_ALIGN)
 }
 
 /// The all-reduce of `recv.len()` bytes of `dtype` elements with `alu`:
@@ -171,7 +181,7 @@ pub fn allreduce<N: MemberNode>(
         });
     }
     let members = coll.group().members.len();
-    let halves = scratch.check(members, coll.node().mem_len() as u64)?;
+    let parts = scratch.check(members, coll.node().mem_len() as u64)?;
     let count = (recv.len() / width as usize) as u64;
     if count == 0 {
         return Ok(Vec::new());
@@ -180,6 +190,7 @@ pub fn allreduce<N: MemberNode>(
         rkey: scratch.rkey,
         input_addr: 0,
         output_addr: 0,
+        cells_addr: 0,
         count,
         dtype,
         alu,
@@ -193,9 +204,10 @@ pub fn allreduce<N: MemberNode>(
         members,
         chunk_elems,
     };
-    let piece = piece_elems(count, members, chunk_elems, width, halves.len).ok_or_else(too_small)?;
-    op.input_addr = halves.input_addr;
-    op.output_addr = halves.output_addr;
+    let piece = piece_elems(count, members, chunk_elems, width, parts.len).ok_or_else(too_small)?;
+    op.input_addr = parts.input_addr;
+    op.output_addr = parts.output_addr;
+    op.cells_addr = parts.cells_addr;
     let piece_bytes = (piece * width as u64) as usize;
     let mut reports = Vec::new();
     for start in (0..recv.len()).step_by(piece_bytes) {
@@ -222,49 +234,51 @@ mod tests {
     use crate::collective::inputs::member_input;
 
     #[test]
-    fn halves_follow_the_sync_area_rounded_up_and_are_aligned() {
+    fn parts_follow_the_sync_area_rounded_up_and_are_aligned() {
         // 3 members: a 32-byte sync area, rounded up to 64.
         let s = Scratch {
             rkey: 1,
             addr: 0x1000,
-            len: 64 + 2 * 1000 + 7,
+            len: 64 + 3 * 1000 + 7,
         };
-        let h = s.halves(3).unwrap();
+        let h = s.parts(3).unwrap();
         assert_eq!(h.input_addr, 0x1000 + 64);
-        assert_eq!(h.len, 960, "each half rounded down to 64 bytes");
+        assert_eq!(h.len, 960, "each part rounded down to 64 bytes");
         assert_eq!(h.output_addr, h.input_addr + 960);
-        assert!(h.output_addr + h.len <= s.addr + s.len);
+        assert_eq!(h.cells_addr, h.output_addr + 960);
+        assert!(h.cells_addr + h.len <= s.addr + s.len);
         // 8 members: 72 bytes of sync area take 128.
-        assert_eq!(Scratch { len: 128, ..s }.halves(8).unwrap().len, 0);
-        assert_eq!(Scratch { len: 127, ..s }.halves(8), None);
-        // What check refuses: misaligned, outside the memory, no halves.
+        assert_eq!(Scratch { len: 128, ..s }.parts(8).unwrap().len, 0);
+        assert_eq!(Scratch { len: 127, ..s }.parts(8), None);
+        // What check refuses: misaligned, outside the memory, no parts.
         assert_eq!(s.check(3, 0x1000 + s.len).unwrap(), h);
-        let refused = |s: Scratch, members| s.check(members, 0x1000 + 4096).unwrap_err().to_string();
+        let refused = |s: Scratch, members| s.check(members, 0x1000 + 8192).unwrap_err().to_string();
         assert!(refused(Scratch { addr: 0x1004, ..s }, 3).contains("0x1004 is not 8-byte aligned"));
-        assert!(refused(Scratch { len: 4097, ..s }, 3).contains("does not fit the node's 8192-byte"));
-        let e = refused(Scratch { len: 128 + 127, ..s }, 8);
-        assert!(e.contains("no room for an input and an output half"), "{e}");
-        assert_eq!(Scratch { len: 128 + 128, ..s }.check(8, 1 << 20).unwrap().len, 64);
+        assert!(refused(Scratch { len: 8193, ..s }, 3).contains("does not fit the node's 12288-byte"));
+        let e = refused(Scratch { len: 128 + 191, ..s }, 8);
+        assert!(e.contains("no room for the input, output and cell parts"), "{e}");
+        assert_eq!(Scratch { len: 128 + 192, ..s }.check(8, 1 << 20).unwrap().len, 64);
     }
 
     #[test]
     fn pieces_are_whole_multiples_of_members_times_chunk() {
-        // 3 members, E = 100: the unit is 300 elements.
+        // 3 members, E = 100: the unit is 300 elements; a cell takes 16 + 400 bytes.
         assert_eq!(
-            piece_elems(1000, 3, 100, 4, 4000),
+            piece_elems(1000, 3, 100, 4, 4160),
             Some(1000),
-            "the whole vector fits a half"
+            "the whole vector and its 10 cells fit a part"
         );
-        assert_eq!(piece_elems(1001, 3, 100, 4, 4000), Some(900));
-        assert_eq!(piece_elems(10_000, 3, 100, 4, 1200), Some(300));
-        assert_eq!(piece_elems(10_000, 3, 100, 4, 1199), None, "not one unit fits");
+        assert_eq!(piece_elems(1000, 3, 100, 4, 4159), Some(900), "9 cells: three units");
+        assert_eq!(piece_elems(1001, 3, 100, 4, 4200), Some(900));
+        assert_eq!(piece_elems(10_000, 3, 100, 4, 1248), Some(300));
+        assert_eq!(piece_elems(10_000, 3, 100, 4, 1247), None, "not one unit's cells fit");
         assert_eq!(
-            piece_elems(299, 3, 100, 8, 299 * 8),
+            piece_elems(299, 3, 100, 8, 3 * 816),
             Some(299),
             "smaller than a unit, but fits"
         );
         assert_eq!(piece_elems(0, 3, 100, 4, 0), Some(0));
-        // What scratch_needed asks for is enough, and one byte less of half is not.
+        // What scratch_needed asks for is enough, and one byte less is not.
         for (count, members, e, w) in [(10_000u64, 3usize, 100u32, 4u32), (50, 2, 344, 8), (1 << 20, 8, 172, 4)] {
             let needed = scratch_needed(count, members, e, w);
             let s = Scratch {
@@ -272,12 +286,12 @@ mod tests {
                 addr: 0,
                 len: needed,
             };
-            let half = s.halves(members).unwrap().len;
+            let part = s.parts(members).unwrap().len;
             assert!(
-                piece_elems(count, members, e, w, half).is_some(),
+                piece_elems(count, members, e, w, part).is_some(),
                 "{count} {members} {e} {w}"
             );
-            let less = Scratch { len: needed - 1, ..s }.halves(members).map_or(0, |h| h.len);
+            let less = Scratch { len: needed - 1, ..s }.parts(members).map_or(0, |h| h.len);
             assert_eq!(
                 piece_elems(count, members, e, w, less),
                 None,
@@ -306,9 +320,9 @@ mod tests {
                 let views: Vec<&[u8]> = inputs.iter().map(|v| &v[..]).collect();
                 let mut whole = vec![0u8; views[0].len()];
                 ring_result(dtype, alu, &views, e, 0, &mut whole);
-                // Halves of 2 units and a bit: pieces of 2 units, the last shorter.
-                let half = (2 * members as u64 * e as u64 + 5) * w as u64;
-                let piece = piece_elems(count, members, e, w, half).unwrap();
+                // Parts of 2 units' cells and a bit: pieces of 2 units, the last shorter.
+                let part = 2 * members as u64 * ring_cell_stride(e, w) + 5;
+                let piece = piece_elems(count, members, e, w, part).unwrap();
                 assert_eq!(piece, 2 * members as u64 * e as u64);
                 let mut pieced = vec![0u8; whole.len()];
                 let pb = (piece * w as u64) as usize;

@@ -65,6 +65,11 @@ pub(crate) struct AllreduceArgs {
     /// Address of the output [default: right after the input, 4KiB-aligned].
     #[arg(long, value_parser = parse_size)]
     pub(crate) output_addr: Option<u64>,
+    /// Address of the cell area: a completion cell and room for a held
+    /// partial per chunk, about the size of the vector (docs/collective.md)
+    /// [default: right after the output, 4KiB-aligned].
+    #[arg(long, value_parser = parse_size)]
+    pub(crate) cells_addr: Option<u64>,
     /// UDP port P of the members.
     #[arg(long, default_value_t = DEFAULT_PORT)]
     pub(crate) port: u16,
@@ -121,10 +126,14 @@ pub(crate) fn allreduce(a: AllreduceArgs) -> Result<()> {
     let output_addr = a
         .output_addr
         .unwrap_or_else(|| (a.input_addr + bytes).next_multiple_of(4096));
+    let cells_addr = a
+        .cells_addr
+        .unwrap_or_else(|| (output_addr + bytes).next_multiple_of(4096));
     let op = Allreduce {
         rkey: a.rkey,
         input_addr: a.input_addr,
         output_addr,
+        cells_addr,
         count: a.count,
         dtype: a.dtype,
         alu: a.op,
