@@ -15,7 +15,8 @@ use crate::{netdam_bin, require_root, unique_prefix};
 /// Region of every member: all of its memory, READ, WRITE and ATOMIC.
 pub const RKEY: u32 = 0x1234;
 
-type Answer = Result<(Report, Vec<u8>), String>;
+/// A member's report and output of one all-reduce, or its error.
+pub type Answer = Result<(Report, Vec<u8>), String>;
 
 /// N hosts serving NetDAM with `mem` of memory, peers of each other.
 pub struct Ring {
@@ -77,22 +78,55 @@ impl Ring {
     /// Runs `op` on every member with `inputs[rank]` placed through its
     /// node's mmap; every member's report and output, or its error.
     pub fn allreduce(&self, op: &Allreduce, inputs: &[Vec<u8>]) -> Vec<Answer> {
+        let calls = [Call {
+            op: *op,
+            inputs: inputs.to_vec(),
+        }];
+        self.run(&calls, |_, _| Duration::ZERO)
+            .into_iter()
+            .map(|mut answers| answers.remove(0))
+            .collect()
+    }
+
+    /// Runs `calls` back to back on every member, each member moving on to
+    /// the next call as soon as its own returns, after waiting `delay(rank,
+    /// call)` before placing its input; per member, every call's report and
+    /// output (or its error, after which that member stops).
+    pub fn run(&self, calls: &[Call], delay: impl Fn(usize, usize) -> Duration) -> Vec<Vec<Answer>> {
         let pending: Vec<_> = self
             .members
             .iter()
-            .zip(inputs)
-            .map(|(m, input)| {
-                let (op, input) = (*op, input.clone());
-                m.submit(move |coll| -> Answer {
-                    let memory = coll.node().memory();
-                    memory.write(op.input_addr, &input).map_err(|e| e.to_string())?;
-                    let report = coll.allreduce(&op).map_err(|e| e.to_string())?;
-                    let out = coll
-                        .node()
-                        .memory()
-                        .read(op.output_addr, input.len())
-                        .map_err(|e| e.to_string())?;
-                    Ok((report, out))
+            .enumerate()
+            .map(|(rank, m)| {
+                let mine: Vec<(Allreduce, Vec<u8>, Duration)> = calls
+                    .iter()
+                    .enumerate()
+                    .map(|(c, call)| (call.op, call.inputs[rank].clone(), delay(rank, c)))
+                    .collect();
+                m.submit(move |coll| -> Vec<Answer> {
+                    let mut answers = Vec::new();
+                    for (op, input, wait) in mine {
+                        std::thread::sleep(wait);
+                        let answer = (|| {
+                            coll.node()
+                                .memory()
+                                .write(op.input_addr, &input)
+                                .map_err(|e| e.to_string())?;
+                            let report = coll.allreduce(&op).map_err(|e| e.to_string())?;
+                            let out = coll
+                                .node()
+                                .memory()
+                                .read(op.output_addr, input.len())
+                                .map_err(|e| e.to_string())?;
+                            Ok((report, out))
+                        })();
+                        let failed = answer.is_err();
+                        answers.push(answer);
+                        if failed {
+                            break;
+                        }
+                    }
+                    answers
                 })
             })
             .collect();
@@ -100,8 +134,15 @@ impl Ring {
             .into_iter()
             .map(|rx| {
                 rx.recv_timeout(Duration::from_secs(300))
-                    .unwrap_or_else(|e| Err(format!("no answer from the member thread: {e}")))
+                    .unwrap_or_else(|e| vec![Err(format!("no answer from the member thread: {e}"))])
             })
             .collect()
     }
+}
+
+/// One all-reduce of a `Ring::run` sequence: its op and every member's input.
+#[derive(Clone, Debug)]
+pub struct Call {
+    pub op: Allreduce,
+    pub inputs: Vec<Vec<u8>>,
 }

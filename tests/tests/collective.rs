@@ -12,11 +12,11 @@ use netdam_common::{
 use netdam_lab::testbed::{Chaos, Testbed};
 use netdam_tests::{
     netdam_bin, require_root,
-    ring::{Ring, RKEY},
+    ring::{Answer, Call, Ring, RKEY},
     unique_prefix, Rng,
 };
 use netdam_user::{
-    collective::{inputs::member_input, Allreduce, CollectiveConfig, TxPath},
+    collective::{inputs::member_input, Allreduce, CollectiveConfig, Report, TxPath},
     controller::LocalNode,
 };
 
@@ -75,6 +75,39 @@ fn check(ring: &Ring, op: &Allreduce, seed: u64) {
             );
         }
     }
+}
+
+/// Every member's answer to every call of `calls` is the ring's result, bit
+/// for bit; their reports, per member, per call.
+fn exact(calls: &[Call], answers: &[Vec<Answer>]) -> Vec<Vec<Report>> {
+    answers
+        .iter()
+        .enumerate()
+        .map(|(rank, mine)| {
+            assert_eq!(mine.len(), calls.len(), "member {rank} stopped early: {mine:?}");
+            mine.iter()
+                .zip(calls)
+                .enumerate()
+                .map(|(c, (answer, call))| {
+                    let n = call.inputs.len();
+                    let views: Vec<&[u8]> = call.inputs.iter().map(|v| &v[..]).collect();
+                    let mut expected = vec![0u8; views[0].len()];
+                    let e = ring_chunk_elems(1500, n, call.op.dtype.width());
+                    ring_result(call.op.dtype, call.op.alu, &views, e, 0, &mut expected);
+                    let (report, out) = answer
+                        .as_ref()
+                        .unwrap_or_else(|e| panic!("member {rank}, call {c} ({:?}): {e}", call.op));
+                    assert!(
+                        *out == expected,
+                        "member {rank}, call {c} ({:?}): not the ring's result (generation {})",
+                        call.op,
+                        report.generation
+                    );
+                    *report
+                })
+                .collect()
+        })
+        .collect()
 }
 
 /// Every dtype and sum, min, max, at the edge sizes: one element, one
@@ -412,4 +445,99 @@ fn allreduce_refuses_bad_groups_and_layouts_and_names_a_refused_step() {
             "the refused hop is named with its status: {err}"
         );
     }
+}
+
+/// A member that contributes 50 ms after the others: the chunks that reach
+/// its node before it has raised are held there (version 2) and continued
+/// when it does, so none is refused or resent, and the frames are counted:
+/// each chunk sent once and answered HELD at most once.
+#[test]
+fn a_member_contributing_50_ms_late_is_held_for_not_flooded() {
+    let ring = Ring::new(4, "4MiB", CollectiveConfig::default());
+    // 16 Ki f32: 48 chunks of 342, 12 per member, all inside the windows (32).
+    let o = op(16 << 10, Dtype::F32, Alu::Add);
+    let calls = [Call {
+        op: o,
+        inputs: inputs(7, 4, &o),
+    }];
+    let late = Duration::from_millis(50);
+    let answers = ring.run(&calls, |rank, _| if rank == 2 { late } else { Duration::ZERO });
+    let reports: Vec<Report> = exact(&calls, &answers).into_iter().map(|r| r[0]).collect();
+    let chunks = reports[0].chunks;
+    let sum = |f: fn(&Report) -> u64| reports.iter().map(f).sum::<u64>();
+    assert_eq!(sum(|r| r.sent), chunks, "every chunk sent once: {reports:#?}");
+    assert_eq!(sum(|r| r.resent), 0, "no chunk resent after a timeout: {reports:#?}");
+    // A partial held in the instant member 2 raises is answered NOT_READY and resent once.
+    assert!(sum(|r| r.not_ready) <= 3, "no NOT_READY storm: {reports:#?}");
+    let held = sum(|r| r.held);
+    assert!(
+        held >= chunks / 2 && held <= chunks - reports[2].own_chunks,
+        "the others' chunks were held at member 2, each once: {held} of {chunks}: {reports:#?}"
+    );
+    assert!(
+        reports[2].continued > 0,
+        "member 2 continued what its node held: {reports:#?}"
+    );
+}
+
+/// Members that start each call at random offsets of 0 to 2 ms, back to
+/// back over sizes from 8 bytes to 1 MiB: every result bit-exact, and no
+/// chunk resent after a timeout (what NOT_READY's back-off cost in version 1).
+#[test]
+fn members_starting_up_to_2_ms_apart_are_exact_without_resends() {
+    let ring = Ring::new(4, "8MiB", CollectiveConfig::default());
+    let mut rng = Rng(27);
+    let mut calls = Vec::new();
+    for _ in 0..3 {
+        for bytes in [8u64, 1 << 10, 4 << 10, 64 << 10, 1 << 20] {
+            let o = op(bytes / 4, Dtype::I32, Alu::Add);
+            calls.push(Call {
+                op: o,
+                inputs: inputs(rng.next_u64(), 4, &o),
+            });
+        }
+    }
+    let offsets: Vec<Vec<Duration>> = (0..4)
+        .map(|_| {
+            (0..calls.len())
+                .map(|_| Duration::from_micros(rng.below(2000)))
+                .collect()
+        })
+        .collect();
+    let answers = ring.run(&calls, |rank, c| offsets[rank][c]);
+    let reports = exact(&calls, &answers);
+    let resent: u64 = reports.iter().flatten().map(|r| r.resent).sum();
+    assert_eq!(resent, 0, "no chunk resent after a timeout: {reports:#?}");
+}
+
+/// Calls of other sizes, dtypes and operators back to back, on the same
+/// addresses, members moving on as soon as their own call returns (and one
+/// lagging): no call's chunks, cells or held partials mix with another's.
+#[test]
+fn back_to_back_calls_of_other_sizes_dtypes_and_ops_do_not_mix() {
+    let ring = Ring::new(3, "4MiB", CollectiveConfig::default());
+    let e = ring_chunk_elems(1500, 3, 4) as u64;
+    let mut calls = Vec::new();
+    for (i, (count, dtype, alu)) in [
+        (3 * e + 5, Dtype::I32, Alu::Add),
+        (1, Dtype::U64, Alu::Xor),
+        (10_000, Dtype::F32, Alu::Add),
+        (e, Dtype::U32, Alu::Min),
+        (2 * e + 1, Dtype::I64, Alu::Max),
+        (10_000, Dtype::F32, Alu::Max),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let o = op(count, dtype, alu);
+        calls.push(Call {
+            op: o,
+            inputs: inputs(100 + i as u64, 3, &o),
+        });
+    }
+    let answers = ring.run(&calls, |rank, c| match (rank, c % 2) {
+        (1, 0) => Duration::from_millis(3),
+        _ => Duration::ZERO,
+    });
+    exact(&calls, &answers);
 }
