@@ -579,11 +579,15 @@ fn c_errors_have_their_codes_wire_statuses_and_messages() {
         0,
         "the scratch area at 0x4 is not 8-byte aligned",
     );
+    let e = ring_chunk_elems(1500, 3, 4);
     expect(
         "scratch_too_small",
         Status::Range,
         0,
-        "the scratch area of 2112 bytes is too small for one piece of 1044 i32 elements (3 members x 348 per chunk)",
+        &format!(
+            "the scratch area of 2112 bytes is too small for one piece of {} i32 elements (3 members x {e} per chunk)",
+            3 * e
+        ),
     );
     expect("bitwise_f32_allreduce", Status::Arg, 0, "op NETDAM_BAND is bitwise");
     expect("overlap", Status::Arg, 0, "sendbuf and recvbuf overlap");
