@@ -444,11 +444,15 @@ pub const fn ring_sr_len(members: usize) -> usize {
     sr_len_of(VERSION_2, 2 * (members - 1))
 }
 
-/// Bytes from one chunk's cell to the next in a ring's cell area: the cell's
-/// header and room for a held chunk of `chunk_elems` elements of `width`
-/// bytes, rounded up to the cell's alignment.
-pub const fn ring_cell_stride(chunk_elems: u32, width: u32) -> u64 {
-    cell::HDR_LEN + (chunk_elems as u64 * width as u64).next_multiple_of(cell::ALIGN)
+/// Bytes from one chunk's cell to the next in the cell area of a ring of
+/// `members` at `mtu`: the cell's head and room for the largest chunk any
+/// dtype has there (MTU - 60 - sr_len), rounded up to the cell's alignment.
+/// The group's, not the call's: calls of other dtypes and counts find their
+/// cells at the same addresses, so a partial held for the next call never
+/// lands on a head of this one's.
+pub const fn ring_cell_stride(mtu: u32, members: usize) -> u64 {
+    let room = mtu as u64 - 60 - ring_sr_len(members) as u64;
+    cell::HDR_LEN + room.next_multiple_of(cell::ALIGN)
 }
 
 /// Elements per chunk packet (section 6): floor((MTU - 60 - sr_len) / w).
@@ -599,8 +603,9 @@ mod tests {
         assert_eq!(sr_len_of(VERSION_2, 6), 16 + 48 + 8);
         assert_eq!(cell_addr_off(6), 64);
         assert_eq!(ring_sr_len(4), 72);
-        assert_eq!(ring_cell_stride(344, 4), 16 + 1376);
-        assert_eq!(ring_cell_stride(3, 4), 16 + 16);
+        assert_eq!(ring_cell_stride(1500, 4), 16 + 1368);
+        // Room 1379: i32 chunks of 1376 bytes, u64 of 1376, f32 of 1376; the stride covers any.
+        assert_eq!(ring_cell_stride(1499, 3), 16 + 1384);
     }
 
     #[test]

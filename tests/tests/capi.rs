@@ -20,7 +20,7 @@ use netdam_common::{
 };
 use netdam_lab::testbed::{Served, Testbed};
 use netdam_tests::{netdam_bin, require_root, temp_dir, unique_prefix};
-use netdam_user::collective::{inputs::member_input, staged};
+use netdam_user::collective::{inputs::member_input, ring::RingPlan, staged};
 
 /// Region of every node: all of its memory, READ, WRITE and ATOMIC.
 const RKEY: u32 = 0x1234;
@@ -291,8 +291,7 @@ impl Case {
 
     /// Rings the library runs: one a piece through the scratch area, one at the addresses.
     fn rings(&self, members: usize) -> u64 {
-        let w = self.dtype.width();
-        let e = ring_chunk_elems(1500, members, w);
+        let plan = RingPlan::new(members, self.dtype, self.count, 1500).unwrap();
         let part = staged::Scratch {
             rkey: RKEY,
             addr: 0,
@@ -305,7 +304,7 @@ impl Case {
             "at" => 1,
             _ => self
                 .count
-                .div_ceil(staged::piece_elems(self.count, members, e, w, part).unwrap()),
+                .div_ceil(staged::piece_elems(self.count, &plan, part).unwrap()),
         }
     }
 }

@@ -467,16 +467,20 @@ fn a_member_contributing_50_ms_late_is_held_for_not_flooded() {
     let sum = |f: fn(&Report) -> u64| reports.iter().map(f).sum::<u64>();
     assert_eq!(sum(|r| r.sent), chunks, "every chunk sent once: {reports:#?}");
     assert_eq!(sum(|r| r.resent), 0, "no chunk resent after a timeout: {reports:#?}");
-    // A partial held in the instant member 2 raises is answered NOT_READY and resent once.
+    // A partial held in the instant its member raises is answered NOT_READY and resent once.
     assert!(sum(|r| r.not_ready) <= 3, "no NOT_READY storm: {reports:#?}");
-    let held = sum(|r| r.held);
-    assert!(
-        held >= chunks / 2 && held <= chunks - reports[2].own_chunks,
-        "the others' chunks were held at member 2, each once: {held} of {chunks}: {reports:#?}"
+    // Every chunk of the others passes member 2's REDUCE (or REDUCE_WRITE)
+    // before it raised: each was held there once and continued by it.
+    let others = chunks - reports[2].own_chunks;
+    assert_eq!(
+        reports[2].continued, others,
+        "member 2 continued every partial its node held: {reports:#?}"
     );
+    // HELD answers: one per chunk per member that was not ready for it
+    // (members 0, 1 and 3 start within a thread's start-up of each other).
     assert!(
-        reports[2].continued > 0,
-        "member 2 continued what its node held: {reports:#?}"
+        sum(|r| r.held) >= others,
+        "the others' chunks were answered HELD at member 2: {reports:#?}"
     );
 }
 
@@ -511,8 +515,11 @@ fn members_starting_up_to_2_ms_apart_are_exact_without_resends() {
 }
 
 /// Calls of other sizes, dtypes and operators back to back, on the same
-/// addresses, members moving on as soon as their own call returns (and one
-/// lagging): no call's chunks, cells or held partials mix with another's.
+/// input and the group's one cell area, members moving on as soon as their
+/// own call returns (and one lagging): no call's chunks, cells or held
+/// partials mix with another's. (The cells stay where they are from call to
+/// call: a partial held for the next call lands in them while this call's
+/// output is still being read, docs/collective.md.)
 #[test]
 fn back_to_back_calls_of_other_sizes_dtypes_and_ops_do_not_mix() {
     let ring = Ring::new(3, "4MiB", CollectiveConfig::default());
@@ -529,7 +536,10 @@ fn back_to_back_calls_of_other_sizes_dtypes_and_ops_do_not_mix() {
     .into_iter()
     .enumerate()
     {
-        let o = op(count, dtype, alu);
+        let o = Allreduce {
+            cells_addr: 3 << 20,
+            ..op(count, dtype, alu)
+        };
         calls.push(Call {
             op: o,
             inputs: inputs(100 + i as u64, 3, &o),

@@ -21,9 +21,9 @@
 //! member's raised-generation cell, adopts it and restarts the round, and
 //! the group converges instead of failing forever.
 //!
-//! The sync area of a group of N: N u64 slots (slot r: the generation member
-//! r finished; each member keeps only its own), then one u64 cell (the
-//! generation this member raised).
+//! The sync area of a group of N: N u64 slots (the generation this member
+//! finished, in every slot: each member writes only its own memory's), then
+//! one u64 cell (the generation this member raised).
 
 pub mod afxdp_tx;
 mod exchange;
@@ -97,7 +97,10 @@ pub struct Group {
 /// combined with `alu`, the result at `output_addr` of every member; both
 /// ranges, the cell area at `cells_addr` (`RingPlan::cells_len` bytes,
 /// 8-aligned: a completion cell and room for a held partial per chunk) and
-/// the sync area inside region `rkey` at every member.
+/// the sync area inside region `rkey` at every member. A group keeps its
+/// cells at one address from call to call, apart from every call's input
+/// and output: a partial held for the next call lands there while a member
+/// may still be reading this call's output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Allreduce {
     pub rkey: u32,
@@ -583,7 +586,7 @@ impl<N: MemberNode> Collective<N> {
     fn continue_held(&self, op: &Allreduce, plan: &RingPlan, generation: u32) -> Result<u64, CollectiveError> {
         let n = plan.members;
         let req = self.ring_request(op, generation);
-        let stride = plan.cell_stride();
+        let stride = plan.cell_stride;
         let mut continued = 0;
         let mut head = [0u8; cell::HDR_LEN as usize];
         let (mut buf, mut input) = (Vec::new(), Vec::new());
@@ -633,7 +636,7 @@ impl<N: MemberNode> Collective<N> {
     /// Waits until every chunk's cell in this member's node says its result
     /// for `generation` is in the output: spinning briefly, then sleeping.
     fn wait_complete(&self, op: &Allreduce, plan: &RingPlan, generation: u32) -> Result<(), CollectiveError> {
-        let stride = plan.cell_stride();
+        let stride = plan.cell_stride;
         let chunks = plan.chunks();
         let deadline = Instant::now() + self.cfg.patience;
         let spin_until = Instant::now() + SPIN;
@@ -684,12 +687,17 @@ impl<N: MemberNode> Collective<N> {
         }
     }
 
-    /// Records `generation` as finished in this member's own slot, where
-    /// `next_generation` reads it.
+    /// Records `generation` as finished in every slot of this member's own
+    /// sync area. Every slot, not the one of its rank: groups that share the
+    /// node's sync area in another order (MPI's reordered communicators)
+    /// read another slot in `next_generation`, and version 1's sync round
+    /// left every slot at the generation too.
     fn finish(&self, generation: u32) -> Result<(), CollectiveError> {
         let (sync, _) = self.sync_range();
-        let slot_addr = sync + SYNC_SLOT * self.rank as u64;
-        Ok(self.node.write(slot_addr, &(generation as u64).to_le_bytes())?)
+        let slots: Vec<u8> = (0..self.group.members.len())
+            .flat_map(|_| (generation as u64).to_le_bytes())
+            .collect();
+        Ok(self.node.write(sync, &slots)?)
     }
 
     /// The generation `member` has raised, READ from its sync area's cell.
@@ -890,7 +898,7 @@ impl<N: MemberNode> Collective<N> {
                     input_addr: op.input_addr,
                     output_addr: op.output_addr,
                     cells_addr: op.cells_addr,
-                    cell_stride: plan.cell_stride(),
+                    cell_stride: plan.cell_stride,
                 });
                 exchange(&self.sock, &pacing, reqs, injector, Some(&mut parked), |_, _| {})
             }

@@ -19,6 +19,8 @@ pub struct RingPlan {
     pub chunk_elems: u32,
     /// Elements of the whole vector.
     pub count: u64,
+    /// Bytes from one chunk's cell to the next: the group's (`ring_cell_stride`).
+    pub cell_stride: u64,
 }
 
 impl RingPlan {
@@ -32,6 +34,7 @@ impl RingPlan {
             width,
             chunk_elems,
             count,
+            cell_stride: ring_cell_stride(mtu, members),
         })
     }
 
@@ -44,14 +47,9 @@ impl RingPlan {
         (rank as u64..self.chunks()).step_by(self.members)
     }
 
-    /// Bytes from one chunk's cell to the next.
-    pub fn cell_stride(&self) -> u64 {
-        ring_cell_stride(self.chunk_elems, self.width)
-    }
-
     /// Bytes of the cell area: a cell per chunk.
     pub fn cells_len(&self) -> u64 {
-        self.chunks() * self.cell_stride()
+        self.chunks() * self.cell_stride
     }
 
     /// Bytes of the cell area of `bytes` of `dtype` on a ring of `members` at
@@ -134,7 +132,7 @@ impl RingRequest<'_> {
             let op = if self.nop_hops { HopOp::Nop } else { ring_hop(i, n) };
             buf.extend_from_slice(&Segment::new(u32::from(member), self.port, op).to_bytes());
         }
-        buf.extend_from_slice(&(self.cells_addr + k * plan.cell_stride()).to_be_bytes());
+        buf.extend_from_slice(&(self.cells_addr + k * plan.cell_stride).to_be_bytes());
         self.group[ring_member(originator, idx, n)]
     }
 }
@@ -150,7 +148,12 @@ mod tests {
         assert_eq!(p.chunk_elems, 342);
         assert_eq!(p.chunks(), 3);
         assert_eq!(p.span(2), (684 * 4, (1000 - 684) * 4));
-        assert_eq!((p.cell_stride(), p.cells_len()), (16 + 1368, 3 * 1384));
+        assert_eq!((p.cell_stride, p.cells_len()), (16 + 1368, 3 * 1384));
+        // The same stride for every dtype of the group.
+        assert_eq!(
+            RingPlan::new(4, Dtype::U64, 1, 1500).unwrap().cell_stride,
+            p.cell_stride
+        );
         assert_eq!(p.chunks_of(1).collect::<Vec<_>>(), [1]);
         assert_eq!(p.chunks_of(3).count(), 0);
         let one = RingPlan::new(2, Dtype::U64, 1, 1500).unwrap();
@@ -208,7 +211,7 @@ mod tests {
             ]
         );
         // The trailer: chunk 1's cell.
-        assert_eq!(buf[80..88], (0x20000 + plan.cell_stride()).to_be_bytes());
+        assert_eq!(buf[80..88], (0x20000 + plan.cell_stride).to_be_bytes());
         assert_eq!(buf.len(), 32 + 56);
         // The packet as member 2's node forwards it, which its host sends when it continues a held partial.
         let mut at1 = Vec::new();

@@ -14,13 +14,10 @@
 //! same originator, and is folded in the same order: the result is
 //! bit-exact with one ring over the whole vector (`chain::ring_result`).
 
-use netdam_common::{
-    chain::ring_cell_stride,
-    wire::{Alu, Dtype},
-};
+use netdam_common::wire::{Alu, Dtype};
 use thiserror::Error;
 
-use super::{sync_len, Allreduce, Collective, CollectiveError, MemberNode, Report};
+use super::{ring::RingPlan, sync_len, Allreduce, Collective, CollectiveError, MemberNode, Report};
 
 /// Alignment of the parts in the scratch area (a cache line).
 const PART_ALIGN: u64 = 64;
@@ -120,13 +117,14 @@ impl Scratch {
     }
 }
 
-/// Elements of each piece of a `count`-element vector of `width`-byte
-/// elements staged through parts of `part` bytes by a ring of `members`
-/// with chunks of `chunk_elems`: the whole vector when it (and its cells)
-/// fit a part, else the most whole multiples of members x chunk_elems that
+/// Elements of each piece of a `count`-element vector staged through parts
+/// of `part` bytes by a ring chunked as `plan` (its members, width, chunk
+/// elements and cell stride): the whole vector when it (and its cells) fit
+/// a part, else the most whole multiples of members x chunk_elems that
 /// fit; `None` when not even one multiple fits.
-pub fn piece_elems(count: u64, members: usize, chunk_elems: u32, width: u32, part: u64) -> Option<u64> {
-    let cells_fit = part / ring_cell_stride(chunk_elems, width) * chunk_elems as u64;
+pub fn piece_elems(count: u64, plan: &RingPlan, part: u64) -> Option<u64> {
+    let (members, chunk_elems, width) = (plan.members, plan.chunk_elems, plan.width);
+    let cells_fit = part / plan.cell_stride * chunk_elems as u64;
     let fits = (part / width as u64).min(cells_fit);
     if count <= fits {
         return Some(count);
@@ -139,11 +137,12 @@ pub fn piece_elems(count: u64, members: usize, chunk_elems: u32, width: u32, par
 }
 
 /// Bytes a scratch area needs for pieces of one multiple of members x
-/// chunk_elems (or of the whole vector, if smaller): the cells of its
-/// chunks are the largest part.
-pub fn scratch_needed(count: u64, members: usize, chunk_elems: u32, width: u32) -> u64 {
-    let elems = count.min(members as u64 * chunk_elems as u64);
-    let cells = elems.div_ceil(chunk_elems as u64) * ring_cell_stride(chunk_elems, width);
+/// chunk_elems of `plan` (or of the whole vector, if smaller): the cells of
+/// its chunks are the largest part.
+pub fn scratch_needed(count: u64, plan: &RingPlan) -> u64 {
+    let (members, chunk_elems) = (plan.members, plan.chunk_elems as u64);
+    let elems = count.min(members as u64 * chunk_elems);
+    let cells = elems.div_ceil(chunk_elems) * plan.cell_stride;
     sync_len(members).next_multiple_of(PART_ALIGN) + 3 * cells.next_multiple_of(PART_ALIGN)
 }
 
@@ -195,16 +194,17 @@ pub fn allreduce<N: MemberNode>(
         dtype,
         alu,
     };
-    let chunk_elems = coll.plan(&op)?.chunk_elems;
+    let plan = coll.plan(&op)?;
+    let chunk_elems = plan.chunk_elems;
     let too_small = || StagedError::ScratchTooSmall {
         len: scratch.len,
-        needed: scratch_needed(count, members, chunk_elems, width),
+        needed: scratch_needed(count, &plan),
         elems: count.min(members as u64 * chunk_elems as u64),
         dtype: dtype.name(),
         members,
         chunk_elems,
     };
-    let piece = piece_elems(count, members, chunk_elems, width, parts.len).ok_or_else(too_small)?;
+    let piece = piece_elems(count, &plan, parts.len).ok_or_else(too_small)?;
     op.input_addr = parts.input_addr;
     op.output_addr = parts.output_addr;
     op.cells_addr = parts.cells_addr;
@@ -260,43 +260,56 @@ mod tests {
         assert_eq!(Scratch { len: 128 + 192, ..s }.check(8, 1 << 20).unwrap().len, 64);
     }
 
+    /// A plan of `members` x `e` elements of `w` bytes, cells of 16 + e x w.
+    fn unit(members: usize, e: u32, w: u32) -> RingPlan {
+        RingPlan {
+            members,
+            width: w,
+            chunk_elems: e,
+            count: 0,
+            cell_stride: 16 + (e * w) as u64,
+        }
+    }
+
     #[test]
     fn pieces_are_whole_multiples_of_members_times_chunk() {
         // 3 members, E = 100: the unit is 300 elements; a cell takes 16 + 400 bytes.
         assert_eq!(
-            piece_elems(1000, 3, 100, 4, 4160),
+            piece_elems(1000, &unit(3, 100, 4), 4160),
             Some(1000),
             "the whole vector and its 10 cells fit a part"
         );
-        assert_eq!(piece_elems(1000, 3, 100, 4, 4159), Some(900), "9 cells: three units");
-        assert_eq!(piece_elems(1001, 3, 100, 4, 4200), Some(900));
-        assert_eq!(piece_elems(10_000, 3, 100, 4, 1248), Some(300));
-        assert_eq!(piece_elems(10_000, 3, 100, 4, 1247), None, "not one unit's cells fit");
         assert_eq!(
-            piece_elems(299, 3, 100, 8, 3 * 816),
+            piece_elems(1000, &unit(3, 100, 4), 4159),
+            Some(900),
+            "9 cells: three units"
+        );
+        assert_eq!(piece_elems(1001, &unit(3, 100, 4), 4200), Some(900));
+        assert_eq!(piece_elems(10_000, &unit(3, 100, 4), 1248), Some(300));
+        assert_eq!(
+            piece_elems(10_000, &unit(3, 100, 4), 1247),
+            None,
+            "not one unit's cells fit"
+        );
+        assert_eq!(
+            piece_elems(299, &unit(3, 100, 8), 3 * 816),
             Some(299),
             "smaller than a unit, but fits"
         );
-        assert_eq!(piece_elems(0, 3, 100, 4, 0), Some(0));
+        assert_eq!(piece_elems(0, &unit(3, 100, 4), 0), Some(0));
         // What scratch_needed asks for is enough, and one byte less is not.
         for (count, members, e, w) in [(10_000u64, 3usize, 100u32, 4u32), (50, 2, 344, 8), (1 << 20, 8, 172, 4)] {
-            let needed = scratch_needed(count, members, e, w);
+            let plan = unit(members, e, w);
+            let needed = scratch_needed(count, &plan);
             let s = Scratch {
                 rkey: 0,
                 addr: 0,
                 len: needed,
             };
             let part = s.parts(members).unwrap().len;
-            assert!(
-                piece_elems(count, members, e, w, part).is_some(),
-                "{count} {members} {e} {w}"
-            );
+            assert!(piece_elems(count, &plan, part).is_some(), "{count} {members} {e} {w}");
             let less = Scratch { len: needed - 1, ..s }.parts(members).map_or(0, |h| h.len);
-            assert_eq!(
-                piece_elems(count, members, e, w, less),
-                None,
-                "{count} {members} {e} {w}"
-            );
+            assert_eq!(piece_elems(count, &plan, less), None, "{count} {members} {e} {w}");
         }
     }
 
@@ -321,8 +334,9 @@ mod tests {
                 let mut whole = vec![0u8; views[0].len()];
                 ring_result(dtype, alu, &views, e, 0, &mut whole);
                 // Parts of 2 units' cells and a bit: pieces of 2 units, the last shorter.
-                let part = 2 * members as u64 * ring_cell_stride(e, w) + 5;
-                let piece = piece_elems(count, members, e, w, part).unwrap();
+                let plan = RingPlan::new(members, dtype, count, 1500).unwrap();
+                let part = 2 * members as u64 * plan.cell_stride + 5;
+                let piece = piece_elems(count, &plan, part).unwrap();
                 assert_eq!(piece, 2 * members as u64 * e as u64);
                 let mut pieced = vec![0u8; whole.len()];
                 let pb = (piece * w as u64) as usize;

@@ -66,8 +66,10 @@ pub(crate) struct AllreduceArgs {
     #[arg(long, value_parser = parse_size)]
     pub(crate) output_addr: Option<u64>,
     /// Address of the cell area: a completion cell and room for a held
-    /// partial per chunk, about the size of the vector (docs/collective.md)
-    /// [default: right after the output, 4KiB-aligned].
+    /// partial per chunk, about the size of the vector (docs/collective.md).
+    /// Keep it at one address, apart from every input and output, when runs
+    /// of other counts follow each other [default: right after the output,
+    /// 4KiB-aligned].
     #[arg(long, value_parser = parse_size)]
     pub(crate) cells_addr: Option<u64>,
     /// UDP port P of the members.
