@@ -29,6 +29,14 @@ pub struct MemberRow {
     pub own_chunks: u64,
     pub resent: u64,
     pub not_ready: u64,
+    /// HELD answers to this member's chunks, partials it continued for its
+    /// node, its chunks repaired after STALE (docs/collective.md).
+    #[serde(default)]
+    pub held: u64,
+    #[serde(default)]
+    pub continued: u64,
+    #[serde(default)]
+    pub repaired: u64,
     pub generations: (u32, u32),
     /// How chunks left.
     pub transmit: super::TxPath,
@@ -158,6 +166,9 @@ mod tests {
             own_chunks: 0,
             resent: 0,
             not_ready: 0,
+            held: 0,
+            continued: 0,
+            repaired: 0,
             generations: (1, 1),
             transmit: crate::collective::TxPath::Injector,
         };

@@ -208,6 +208,9 @@ pub(crate) fn allreduce(a: AllreduceArgs) -> Result<()> {
         own_chunks: last.own_chunks,
         resent: reports.iter().map(|r| r.resent).sum(),
         not_ready: reports.iter().map(|r| r.not_ready).sum(),
+        held: reports.iter().map(|r| r.held).sum(),
+        continued: reports.iter().map(|r| r.continued).sum(),
+        repaired: reports.iter().map(|r| r.repaired).sum(),
         generations: (reports[0].generation, last.generation),
         transmit: coll.transmit(),
     };
