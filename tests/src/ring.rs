@@ -28,8 +28,13 @@ pub struct Ring {
 
 impl Ring {
     pub fn new(n: usize, mem: &str, cfg: CollectiveConfig) -> Ring {
+        Ring::with_mtu(n, mem, cfg, 1500)
+    }
+
+    /// A ring on links of `mtu` (the collective's `cfg.mtu` should match).
+    pub fn with_mtu(n: usize, mem: &str, cfg: CollectiveConfig, mtu: u32) -> Ring {
         require_root();
-        let tb = Testbed::up(&unique_prefix(), n, 1500).expect("testbed up");
+        let tb = Testbed::up(&unique_prefix(), n, mtu).expect("testbed up");
         let mut args: Vec<String> = ["--mem-size", mem, "--mode", "native", "--region"]
             .map(String::from)
             .to_vec();

@@ -80,6 +80,11 @@ fn check(ring: &Ring, op: &Allreduce, seed: u64) {
 /// Every member's answer to every call of `calls` is the ring's result, bit
 /// for bit; their reports, per member, per call.
 fn exact(calls: &[Call], answers: &[Vec<Answer>]) -> Vec<Vec<Report>> {
+    exact_at(1500, calls, answers)
+}
+
+/// `exact` for a ring chunked at `mtu`.
+fn exact_at(mtu: u32, calls: &[Call], answers: &[Vec<Answer>]) -> Vec<Vec<Report>> {
     answers
         .iter()
         .enumerate()
@@ -92,7 +97,7 @@ fn exact(calls: &[Call], answers: &[Vec<Answer>]) -> Vec<Vec<Report>> {
                     let n = call.inputs.len();
                     let views: Vec<&[u8]> = call.inputs.iter().map(|v| &v[..]).collect();
                     let mut expected = vec![0u8; views[0].len()];
-                    let e = ring_chunk_elems(1500, n, call.op.dtype.width());
+                    let e = ring_chunk_elems(mtu, n, call.op.dtype.width());
                     ring_result(call.op.dtype, call.op.alu, &views, e, 0, &mut expected);
                     let (report, out) = answer
                         .as_ref()
@@ -550,4 +555,41 @@ fn back_to_back_calls_of_other_sizes_dtypes_and_ops_do_not_mix() {
         _ => Duration::ZERO,
     });
     exact(&calls, &answers);
+}
+
+/// Jumbo frames (MTU 9000, multi-buffer XDP on veth): chunks of 8.9 KB,
+/// held partials copied out of fragmented frames, bit-exact, f32 included,
+/// with one member contributing late so that partials are held.
+#[test]
+fn jumbo_chunks_at_mtu_9000_are_exact_and_held_whole() {
+    const MTU: u32 = 9000;
+    let cfg = CollectiveConfig {
+        mtu: MTU,
+        ..CollectiveConfig::default()
+    };
+    let ring = Ring::with_mtu(4, "8MiB", cfg, MTU);
+    let mut calls = Vec::new();
+    for (i, (dtype, alu)) in [(Dtype::F32, Alu::Add), (Dtype::I64, Alu::Max)].into_iter().enumerate() {
+        let e = ring_chunk_elems(MTU, 4, dtype.width()) as u64;
+        for count in [e + 1, (1 << 20) / dtype.width() as u64] {
+            let o = Allreduce {
+                cells_addr: 6 << 20,
+                ..op(count, dtype, alu)
+            };
+            calls.push(Call {
+                op: o,
+                inputs: inputs(40 + i as u64, 4, &o),
+            });
+        }
+    }
+    let answers = ring.run(&calls, |rank, _| match rank {
+        3 => Duration::from_millis(5),
+        _ => Duration::ZERO,
+    });
+    let reports = exact_at(MTU, &calls, &answers);
+    let continued: u64 = reports[3].iter().map(|r| r.continued).sum();
+    assert!(
+        continued > 0,
+        "member 3 continued partials held from jumbo frames: {reports:#?}"
+    );
 }
