@@ -23,7 +23,7 @@ use std::{
     collections::BTreeMap,
     net::Ipv4Addr,
     path::{Path, PathBuf},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use anyhow::{bail, ensure, Context as _, Result};
@@ -76,6 +76,12 @@ pub struct Args {
     /// Where the JSON and the SVG plot go.
     #[arg(long, default_value = "results")]
     out: PathBuf,
+    /// Instead of the comparison, NetDAM alone with members starting each
+    /// call at seeded random offsets of 0 to this many microseconds, beside
+    /// the same calls started together (issue 27's skew goal: a call costs
+    /// at most the largest offset plus 1.2x its time without skew).
+    #[arg(long)]
+    skew_us: Option<u64>,
 }
 
 /// Timed all-reduces per size, as bench/mpi/allreduce.c counts them.
@@ -188,6 +194,9 @@ pub fn run(a: Args) -> Result<()> {
         move || UdpNode::start(ip, UDP_PORT, mem as usize).map_err(|e| e.to_string())
     })?;
     place_inputs(&netdam, a.max_bytes)?;
+    if let Some(skew) = a.skew_us {
+        return skew_table(&netdam, &sizes, output, a.reps, skew);
+    }
     place_inputs(&udp, a.max_bytes)?;
     let mpirun = Mpirun::new(&tb)?;
     let plain_mpirun = Mpirun::new(&plain)?;
@@ -264,6 +273,92 @@ pub fn run(a: Args) -> Result<()> {
     write_results(&a, &rows)?;
     let wrong: u64 = rows.iter().map(|r| r.wrong).sum();
     ensure!(wrong == 0, "{wrong} result element(s) were wrong");
+    Ok(())
+}
+
+/// The skew comparison: per size, `reps` rounds of `iters_for` calls, each
+/// call started by all members together (a barrier) and then either at once
+/// or after each member's seeded random offset of 0 to `skew_us`; a call's
+/// cost runs from the first member's start to the last member's return.
+/// Prints the medians and whether each skewed call kept within its largest
+/// offset plus 1.2x the unskewed median.
+fn skew_table(members: &[MemberThread<LocalNode>], sizes: &[u64], output: u64, reps: u32, skew_us: u64) -> Result<()> {
+    use std::sync::{Arc, Barrier};
+    let n = members.len();
+    let mut rng = SEED;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    println!("all-reduce with members starting 0 to {skew_us} us apart, {n} nodes, int32 sum, median of the calls' costs (us)");
+    println!(
+        "{:>10} {:>12} {:>12} {:>14} {:>10} {:>8}",
+        "size(B)", "together us", "skewed us", "skewed-offset", "bound us", "within"
+    );
+    for &bytes in sizes {
+        let op = Allreduce {
+            rkey: RKEY,
+            input_addr: INPUT,
+            output_addr: output,
+            cells_addr: (output + bytes).next_multiple_of(4096),
+            count: bytes / 4,
+            dtype: Dtype::I32,
+            alu: Alu::Add,
+        };
+        let mut together = Vec::new();
+        let mut skewed = Vec::new();
+        for _ in 0..reps * iters_for(bytes) {
+            for skew in [false, true] {
+                let offsets: Vec<u64> = (0..n).map(|_| if skew { next() % (skew_us + 1) } else { 0 }).collect();
+                let barrier = Arc::new(Barrier::new(n));
+                let pending: Vec<_> = members
+                    .iter()
+                    .zip(&offsets)
+                    .map(|(m, &off)| {
+                        let barrier = barrier.clone();
+                        m.submit(move |c| -> Result<(Instant, Instant), String> {
+                            barrier.wait();
+                            let start = Instant::now();
+                            std::thread::sleep(Duration::from_micros(off));
+                            c.allreduce(&op).map_err(|e| e.to_string())?;
+                            Ok((start, Instant::now()))
+                        })
+                    })
+                    .collect();
+                let mut spans = Vec::new();
+                for rx in pending {
+                    spans.push(rx.recv().context("member thread")?.map_err(anyhow::Error::msg)?);
+                }
+                let first = spans.iter().map(|s| s.0).min().expect("members");
+                let last = spans.iter().map(|s| s.1).max().expect("members");
+                let cost = (last - first).as_secs_f64() * 1e6;
+                let largest = *offsets.iter().max().expect("members") as f64;
+                match skew {
+                    false => together.push(cost),
+                    true => skewed.push((cost, largest)),
+                }
+            }
+        }
+        let med = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let base = med(&mut together);
+        let within = skewed.iter().filter(|(c, o)| *c <= o + 1.2 * base).count();
+        let mut costs: Vec<f64> = skewed.iter().map(|s| s.0).collect();
+        let mut excess: Vec<f64> = skewed.iter().map(|(c, o)| c - o).collect();
+        println!(
+            "{bytes:>10} {base:>12.1} {:>12.1} {:>14.1} {:>10.1} {:>4}/{:<3}",
+            med(&mut costs),
+            med(&mut excess),
+            1.2 * base,
+            within,
+            skewed.len()
+        );
+    }
+    println!("within: skewed calls that cost at most their largest offset plus 1.2x the median without skew (the bound column is that 1.2x)");
     Ok(())
 }
 
