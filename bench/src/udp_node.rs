@@ -27,7 +27,7 @@ use netdam_common::{
     NetdamHdr, Opcode, Status,
 };
 use netdam_user::{
-    collective::{grow_receive_buffer, MemberNode, RECEIVE_BUFFER},
+    collective::{grow_receive_buffer, grow_send_buffer, MemberNode, RECEIVE_BUFFER, SEND_BUFFER},
     controller::ControllerError,
 };
 
@@ -63,8 +63,9 @@ impl UdpNode {
     /// Binds (ip, port) in the calling thread's network namespace and serves from a thread.
     pub fn start(ip: Ipv4Addr, port: u16, mem_size: usize) -> std::io::Result<UdpNode> {
         let sock = UdpSocket::bind(SocketAddrV4::new(ip, port))?;
-        // As the collective's own socket: the default buffer overflows at a window of chunks.
+        // As the collective's own socket: the default buffers overflow at a window of chunks.
         grow_receive_buffer(&sock, RECEIVE_BUFFER);
+        grow_send_buffer(&sock, SEND_BUFFER);
         sock.set_read_timeout(Some(Duration::from_millis(50)))?;
         let mem = Arc::new(Memory(UnsafeCell::new(vec![0; mem_size])));
         let generation = Arc::new(AtomicU32::new(0));
