@@ -276,6 +276,20 @@ pub fn run(a: Args) -> Result<()> {
     Ok(())
 }
 
+/// The benchmark's all-reduce of `bytes`: int32 sum, input at INPUT, the
+/// output at `output`, the cells right after it.
+fn int32_sum(bytes: u64, output: u64) -> Allreduce {
+    Allreduce {
+        rkey: RKEY,
+        input_addr: INPUT,
+        output_addr: output,
+        cells_addr: (output + bytes).next_multiple_of(4096),
+        count: bytes / 4,
+        dtype: Dtype::I32,
+        alu: Alu::Add,
+    }
+}
+
 /// The skew comparison: per size, `reps` rounds of `iters_for` calls, each
 /// call started by all members together (a barrier) and then either at once
 /// or after each member's seeded random offset of 0 to `skew_us`; a call's
@@ -298,15 +312,7 @@ fn skew_table(members: &[MemberThread<LocalNode>], sizes: &[u64], output: u64, r
         "size(B)", "together us", "skewed us", "skewed-offset", "bound us", "within"
     );
     for &bytes in sizes {
-        let op = Allreduce {
-            rkey: RKEY,
-            input_addr: INPUT,
-            output_addr: output,
-            cells_addr: (output + bytes).next_multiple_of(4096),
-            count: bytes / 4,
-            dtype: Dtype::I32,
-            alu: Alu::Add,
-        };
+        let op = int32_sum(bytes, output);
         let mut together = Vec::new();
         let mut skewed = Vec::new();
         for _ in 0..reps * iters_for(bytes) {
@@ -426,15 +432,7 @@ fn sweep_size<N: MemberNode + 'static>(
     output: u64,
     check: bool,
 ) -> Result<(Sample, u64)> {
-    let op = Allreduce {
-        rkey: RKEY,
-        input_addr: INPUT,
-        output_addr: output,
-        cells_addr: (output + bytes).next_multiple_of(4096),
-        count: bytes / 4,
-        dtype: Dtype::I32,
-        alu: Alu::Add,
-    };
+    let op = int32_sum(bytes, output);
     let iters = iters_for(bytes);
     let pending: Vec<_> = members
         .iter()

@@ -83,8 +83,9 @@ def run_group(testbed, cases):
 def check(outcomes, cases):
     chunks = outcomes[0][1]
     for dtype, width in [("int32", 4), ("uint32", 4), ("int64", 8), ("uint64", 8), ("float32", 4)]:
-        # E = floor((MTU - 60 - sr_len) / w), sr_len = 16 + 8 x 2(N-1) segments of the ring program.
-        assert chunks[dtype] == (MTU - 60 - (16 + 8 * 2 * (NODES - 1))) // width
+        # E = floor((MTU - 60 - sr_len) / w), sr_len = 16 + 8 x 2(N-1) segments of the
+        # ring program + 8 for the version-2 cell address (docs/PROTOCOL.md, version 2).
+        assert chunks[dtype] == (MTU - 60 - (16 + 8 * 2 * (NODES - 1) + 8)) // width
     for c, (dtype, op, count, in_place) in enumerate(cases):
         inputs = [member_input(r, dtype, op, count) for r in range(NODES)]
         expected = ring_result(inputs, op, chunks[dtype])
@@ -113,7 +114,7 @@ def test_the_check_tells_the_ring_order_from_another():
     # Float32 sums of these inputs depend on the order: a result folded
     # from member 0 everywhere differs from the ring's, so `check` would see it.
     inputs = [member_input(r, "float32", "sum", COUNT) for r in range(NODES)]
-    e = (MTU - 60 - (16 + 16 * (NODES - 1))) // 4
+    e = (MTU - 60 - (16 + 16 * (NODES - 1) + 8)) // 4
     ring = ring_result(inputs, "sum", e)
     from_zero = (inputs[0] + inputs[1]) + inputs[2]
     assert not np.array_equal(ring, from_zero)

@@ -122,7 +122,7 @@ def test_group_arguments(testbed):
         "recv of another size": ("ValueError", "recv holds 99 elements and send 100"),
         "overlapping recv": ("ValueError", "shares memory"),
         "unknown op": ("ValueError", "not one of"),
-        "scratch too small": ("ValueError", "scratch area of 192 bytes is too small for one piece of 1044 f32"),
+        "scratch too small": ("ValueError", "scratch area of 256 bytes is too small for one piece of 1038 f32"),
         "scratch without parts": ("ValueError", "leaves no room for the input, output and cell parts"),
         "scratch misaligned": ("ValueError", "is not 8-byte aligned"),
         "scratch outside the memory": ("ValueError", "does not fit the node's 16777216-byte NetDAM memory"),

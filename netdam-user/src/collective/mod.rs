@@ -728,7 +728,29 @@ impl<N: MemberNode> Collective<N> {
     fn raised_at(&self, member: Ipv4Addr, rkey: u32, generation: u32) -> Result<u32, CollectiveError> {
         let (sync, _) = self.sync_range();
         let cell = sync + SYNC_SLOT * self.group.members.len() as u64;
-        let mut raised = 0u64;
+        let raised = self.read_at(
+            member,
+            rkey,
+            cell,
+            SYNC_SLOT as usize,
+            generation,
+            "the raised generation",
+        )?;
+        Ok(u64::from_le_bytes(raised.try_into().expect("8 bytes")) as u32)
+    }
+
+    /// `len` bytes at `addr` of `member`'s memory (region `rkey`), READ
+    /// until answered; an error names `what` was read and where.
+    fn read_at(
+        &self,
+        member: Ipv4Addr,
+        rkey: u32,
+        addr: u64,
+        len: usize,
+        generation: u32,
+        what: &str,
+    ) -> Result<Vec<u8>, CollectiveError> {
+        let mut out = vec![0u8; len];
         self.plain(
             &[member],
             generation,
@@ -736,13 +758,13 @@ impl<N: MemberNode> Collective<N> {
             |_| {
                 let mut h = NetdamHdr::request(Opcode::Read);
                 h.set_rkey(rkey);
-                h.set_addr(cell);
-                h.set_len(SYNC_SLOT as u16);
-                (h, vec![0; SYNC_SLOT as usize])
+                h.set_addr(addr);
+                h.set_len(len as u16);
+                (h, vec![0; len])
             },
-            |_, payload| {
-                if let Ok(b) = payload.try_into() {
-                    raised = u64::from_le_bytes(b);
+            |_, got| {
+                if got.len() == len {
+                    out.copy_from_slice(got);
                 }
             },
         )
@@ -750,12 +772,12 @@ impl<N: MemberNode> Collective<N> {
             self.explain(
                 stop,
                 generation,
-                "READ of the raised generation at",
+                &format!("READ of {what} at"),
                 |_| member.to_string(),
                 |_| 0,
             )
         })?;
-        Ok(raised as u32)
+        Ok(out)
     }
 
     /// One plain request (`make(i)`: header and payload) to each of `to`,
@@ -1025,33 +1047,14 @@ impl<N: MemberNode> Collective<N> {
                 continue;
             }
             let (off, len) = plan.span(chunk);
-            let mut payload = vec![0u8; len];
-            self.plain(
-                &[member],
+            let payload = self.read_at(
+                member,
+                op.rkey,
+                op.output_addr + off,
+                len,
                 generation,
-                &self.pacing(),
-                |_| {
-                    let mut h = NetdamHdr::request(Opcode::Read);
-                    h.set_rkey(op.rkey);
-                    h.set_addr(op.output_addr + off);
-                    h.set_len(len as u16);
-                    (h, vec![0; len])
-                },
-                |_, got| {
-                    if got.len() == len {
-                        payload.copy_from_slice(got);
-                    }
-                },
-            )
-            .map_err(|stop| {
-                self.explain(
-                    stop,
-                    generation,
-                    "READ of a finished chunk at",
-                    |_| member.to_string(),
-                    |_| 0,
-                )
-            })?;
+                "a finished chunk",
+            )?;
             log::debug!(
                 "chunk {chunk}: {member} has finished generation {generation}; going on from segment {}",
                 last + 1
