@@ -355,8 +355,7 @@ impl ModelNode {
             }
         };
         let origin = Ipv4Addr::from(fixed.origin_ip());
-        let peers = self.peers.clone();
-        let is_peer = |ip: Ipv4Addr| peers.contains(&ip);
+        let is_peer = |ip: Ipv4Addr| self.peers.contains(&ip);
         // The node's own host may originate; any other origin must be a peer.
         if is_unanswerable_source(fixed.origin_ip()) || !(origin == self.ip || is_peer(origin)) {
             return Self::outcome(f, Action::Drop, Some(Event::DropBadOrigin as u32));
@@ -396,51 +395,47 @@ impl ModelNode {
         )
         .and_then(|hop| {
             let generation = self.generations.get(&h.rkey()).copied().unwrap_or(0);
-            let (a, dst, n) = (h.addr() as usize, fixed.dst_addr() as usize, out.len());
-            match check_ready(h.version, hop.op, h.tag(), generation)? {
-                Ready::Run => {}
-                Ready::Hold => {
-                    let c = cell.expect("version 2") as usize;
-                    self.mem[c + cell::HOLD as usize..][..n].copy_from_slice(&out);
-                    self.put_u32(c + cell::HELD_SEQ as usize, h.seq());
-                    let idx_port = shape.idx as u32 | (fixed.origin_port() as u32) << 16;
-                    self.put_u32(c + cell::HELD_IDX as usize, idx_port);
-                    self.put_u32(c + cell::HELD as usize, h.tag());
-                    return Err(Status::Held);
-                }
+            if let Ready::Hold = check_ready(h.version, hop.op, h.tag(), generation)? {
+                let c = cell.expect("version 2") as usize;
+                self.mem[c + cell::HOLD as usize..][..out.len()].copy_from_slice(&out);
+                self.put_u32(c + cell::HELD_SEQ as usize, h.seq());
+                let idx_port = shape.idx as u32 | (fixed.origin_port() as u32) << 16;
+                self.put_u32(c + cell::HELD_IDX as usize, idx_port);
+                self.put_u32(c + cell::HELD as usize, h.tag());
+                return Err(Status::Held);
             }
             let key = (origin, fixed.origin_port(), shape.idx as u16 + 1);
             let windowed = hop_needs_window(&hop);
             if windowed {
                 self.claim(key, h.seq(), true, &mut counters)?;
             }
-            self.hop(hop.op, hop.vector, a, dst, &mut out);
+            self.hop(
+                hop.op,
+                hop.vector,
+                h.addr() as usize,
+                fixed.dst_addr() as usize,
+                &mut out,
+            );
             if windowed {
                 self.complete(key, h.seq(), 0);
             }
             if let (Some(c), HopOp::Write | HopOp::ReduceWrite) = (cell, hop.op) {
                 self.put_u32(c as usize + cell::DONE as usize, h.tag());
             }
-            Ok(shape.idx)
+            Ok(hop.op)
         });
-        // The segment the packet leaves from.
-        let exit = match result {
-            Ok(i) => i,
+        let op = match result {
+            Ok(op) => op,
             Err(s) => {
                 counters.extend(count(s));
                 return self.to_origin(f, h, &fixed, sr, s, &[], counters);
             }
         };
         counters.extend(count(Status::Ok));
-        if exit + 1 >= shape.n {
-            // A repair may land on a segment nothing has checked: an unknown op carries nothing.
-            let carries = HopOp::from_u8(segment(exit as usize).op).is_some_and(|op| op.answer_carries_payload());
-            let answer = if carries { &out[..] } else { &[] };
-            let mut sr = sr.to_vec();
-            sr[1] = exit;
-            return self.to_origin(f, h, &fixed, &sr, Status::Ok, answer, counters);
+        if !shape.forwards() {
+            let answer = if op.answer_carries_payload() { &out[..] } else { &[] };
+            return self.to_origin(f, h, &fixed, sr, Status::Ok, answer, counters);
         }
-        let next = segment(exit as usize + 1);
         let Some(mac) = self.neighbours.get(&Ipv4Addr::from(next.ip())) else {
             counters.push(Event::DropPeerUnresolved as u32);
             return Outcome {
@@ -460,7 +455,7 @@ impl ModelNode {
             tos: f[15],
         };
         let mut sr = sr.to_vec();
-        sr[1] = exit + 1;
+        sr[1] += 1;
         let frame = self.frame(&to, &h.to_bytes(), &sr, &out);
         Outcome {
             action: Action::Tx,

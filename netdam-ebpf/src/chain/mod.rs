@@ -239,7 +239,11 @@ fn try_hop(
     if shape.forwards() {
         load(ctx, segment_off(sr_off, shape.idx + 1), &mut next)?;
     }
-    let next_peer = peer_entry(shape.forwards(), &next);
+    // SAFETY: a lookup in a hash map of plain values.
+    let next_peer = match shape.forwards() {
+        true => unsafe { PEERS.get(next.ip().to_be()) }.copied(),
+        false => None,
+    };
     let next_is_peer = !shape.forwards() || next_peer.is_some();
     done.next = next;
     done.next_peer = next_peer.unwrap_or_default();
@@ -331,16 +335,6 @@ fn try_hop(
 fn generation(rkey: u32) -> u32 {
     // SAFETY: a lookup in a hash map of plain values.
     unsafe { GENERATIONS.get(rkey) }.copied().unwrap_or(0)
-}
-
-/// The peer entry of `next` when the packet forwards to it.
-#[inline(always)]
-fn peer_entry(forwards: bool, next: &Segment) -> Option<PeerEntry> {
-    match forwards {
-        // SAFETY: a lookup in a hash map of plain values.
-        true => unsafe { PEERS.get(next.ip().to_be()) }.copied(),
-        false => None,
-    }
 }
 
 /// Stores a u32 cell field at `addr` (4-aligned: cells are 8-aligned).
