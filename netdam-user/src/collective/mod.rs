@@ -11,8 +11,9 @@
 //! knows its output is complete when every cell says so. It returns when
 //! that holds and its own chunks are answered (the answer follows a chunk's
 //! last WRITE, so then no member needs the chunk's resend). No sync round:
-//! a resend of a finished chunk that meets a member already at the next
-//! generation is repaired there from that member's output (version 2).
+//! a resend that meets a member already at the next generation is answered
+//! STALE, and the origin repairs the chunk from that member's output
+//! (`repairs`, PROTOCOL.md version 2).
 //!
 //! Generations: every member picks one past the generation it last
 //! finished, so members in lockstep agree, and a failed round is retried
@@ -594,7 +595,8 @@ impl<N: MemberNode> Collective<N> {
         self.node.write(cell, &(generation as u64).to_le_bytes())?;
         self.node.set_generation(rkey, generation)?;
         // The raise before the cells are read (PROTOCOL.md version 2): a
-        // partial the node held before it is seen below, one after it the node runs.
+        // partial the node held before it is seen by `continue_held`; one
+        // held after it is answered NOT_READY and resent by its origin.
         std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
         Ok(())
     }
@@ -606,7 +608,7 @@ impl<N: MemberNode> Collective<N> {
     /// have forwarded it. Returns how many it continued.
     fn continue_held(&self, op: &Allreduce, plan: &RingPlan, generation: u32) -> Result<u64, CollectiveError> {
         let n = plan.members;
-        let req = self.ring_request(op, generation);
+        let req = ring_request(&self.group, self.origin, self.cfg.nop_hops, op, generation);
         let stride = plan.cell_stride;
         let mut continued = 0;
         let mut head = [0u8; cell::HDR_LEN as usize];
@@ -655,7 +657,8 @@ impl<N: MemberNode> Collective<N> {
     }
 
     /// Waits until every chunk's cell in this member's node says its result
-    /// for `generation` is in the output: spinning briefly, then sleeping.
+    /// for `generation` is in the output: yielding the CPU between looks for
+    /// `SPIN`, then sleeping `POLL` between them.
     fn wait_complete(&self, op: &Allreduce, plan: &RingPlan, generation: u32) -> Result<(), CollectiveError> {
         let stride = plan.cell_stride;
         let chunks = plan.chunks();
@@ -1066,11 +1069,6 @@ impl<N: MemberNode> Collective<N> {
             });
         }
         Ok(repairs)
-    }
-
-    /// What every chunk request of `op` at `generation` shares.
-    fn ring_request(&self, op: &Allreduce, generation: u32) -> RingRequest<'_> {
-        ring_request(&self.group, self.origin, self.cfg.nop_hops, op, generation)
     }
 
     /// How chunks leave.
