@@ -77,6 +77,14 @@ fn check(ring: &Ring, op: &Allreduce, seed: u64) {
     }
 }
 
+/// `op` with seeded inputs for `members`.
+fn call(op: Allreduce, seed: u64, members: usize) -> Call {
+    Call {
+        op,
+        inputs: inputs(seed, members, &op),
+    }
+}
+
 /// Every member's answer to every call of `calls` is the ring's result, bit
 /// for bit; their reports, per member, per call.
 fn exact(calls: &[Call], answers: &[Vec<Answer>]) -> Vec<Vec<Report>> {
@@ -461,10 +469,7 @@ fn a_member_contributing_50_ms_late_is_held_for_not_flooded() {
     let ring = Ring::new(4, "4MiB", CollectiveConfig::default());
     // 16 Ki f32: 48 chunks of 342, 12 per member, all inside the windows (32).
     let o = op(16 << 10, Dtype::F32, Alu::Add);
-    let calls = [Call {
-        op: o,
-        inputs: inputs(7, 4, &o),
-    }];
+    let calls = [call(o, 7, 4)];
     let late = Duration::from_millis(50);
     let answers = ring.run(&calls, |rank, _| if rank == 2 { late } else { Duration::ZERO });
     let reports: Vec<Report> = exact(&calls, &answers).into_iter().map(|r| r[0]).collect();
@@ -499,11 +504,12 @@ fn members_starting_up_to_2_ms_apart_are_exact_without_resends() {
     let mut calls = Vec::new();
     for _ in 0..3 {
         for bytes in [8u64, 1 << 10, 4 << 10, 64 << 10, 1 << 20] {
-            let o = op(bytes / 4, Dtype::I32, Alu::Add);
-            calls.push(Call {
-                op: o,
-                inputs: inputs(rng.next_u64(), 4, &o),
-            });
+            // The group's one cell area, whatever the size (docs/collective.md).
+            let o = Allreduce {
+                cells_addr: 4 << 20,
+                ..op(bytes / 4, Dtype::I32, Alu::Add)
+            };
+            calls.push(call(o, rng.next_u64(), 4));
         }
     }
     let offsets: Vec<Vec<Duration>> = (0..4)
@@ -545,10 +551,7 @@ fn back_to_back_calls_of_other_sizes_dtypes_and_ops_do_not_mix() {
             cells_addr: 3 << 20,
             ..op(count, dtype, alu)
         };
-        calls.push(Call {
-            op: o,
-            inputs: inputs(100 + i as u64, 3, &o),
-        });
+        calls.push(call(o, 100 + i as u64, 3));
     }
     let answers = ring.run(&calls, |rank, c| match (rank, c % 2) {
         (1, 0) => Duration::from_millis(3),
@@ -576,10 +579,7 @@ fn jumbo_chunks_at_mtu_9000_are_exact_and_held_whole() {
                 cells_addr: 6 << 20,
                 ..op(count, dtype, alu)
             };
-            calls.push(Call {
-                op: o,
-                inputs: inputs(40 + i as u64, 4, &o),
-            });
+            calls.push(call(o, 40 + i as u64, 4));
         }
     }
     let answers = ring.run(&calls, |rank, _| match rank {

@@ -357,18 +357,17 @@ fn node_spec(peers: &[Ipv4Addr]) -> NodeSpec {
     }
 }
 
+/// Frames to fuzz and the seed: NETDAM_FUZZ_FRAMES (50,000) and NETDAM_FUZZ_SEED.
+fn fuzz_budget() -> (u64, u64) {
+    let var = |name: &str, default: u64| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    (var("NETDAM_FUZZ_FRAMES", 50_000), var("NETDAM_FUZZ_SEED", 0x5EED_0001))
+}
+
 /// Fuzzes the node configured with `peers` (NETDAM_FUZZ_FRAMES frames from
 /// NETDAM_FUZZ_SEED) and prints a summary; the generator must have reached
 /// every verdict and, with peers, CHAIN hops.
 fn fuzz_variant(label: &str, peers: &[Ipv4Addr]) {
-    let frames: u64 = std::env::var("NETDAM_FUZZ_FRAMES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(50_000);
-    let seed: u64 = std::env::var("NETDAM_FUZZ_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0x5EED_0001);
+    let (frames, seed) = fuzz_budget();
     let ns = RunNetns::new(&unique_prefix(), NODE.mac, NODE.ip);
     let inside = ns.inside();
     let tally = fuzz(&node_spec(peers), &inside, frames, seed, None, label).unwrap_or_else(|f| panic!("{f}"));
@@ -734,14 +733,7 @@ fn model_of(s: &NodeSpec) -> ModelNode {
 /// partials and met STALE (one generation behind is STALE in version 2 too).
 #[test]
 fn model_and_c_engine_agree_frame_by_frame() {
-    let frames: u64 = std::env::var("NETDAM_FUZZ_FRAMES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(50_000);
-    let seed: u64 = std::env::var("NETDAM_FUZZ_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0x5EED_0001);
+    let (frames, seed) = fuzz_budget();
     let peers: Vec<Ipv4Addr> = NEIGHBOURS.iter().map(|(ip, _)| *ip).chain([UNRESOLVED]).collect();
     for (label, peers) in [("no peers", &[][..]), ("peer table", &peers[..])] {
         let s = node_spec(peers);
