@@ -13,7 +13,7 @@ use std::{
     cell::UnsafeCell,
     net::{Ipv4Addr, SocketAddrV4, UdpSocket},
     sync::{
-        atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
         Arc,
     },
     thread::JoinHandle,
@@ -22,7 +22,10 @@ use std::{
 
 use netdam_common::{
     alu::combine_into,
-    chain::{cell, cell_addr_off, check_ready, HopOp, Ready, Segment, SrFixed, SEGMENT_LEN, SR_FIXED_LEN},
+    chain::{
+        cell, check_ready, parse_trailer, trailer_off, HopOp, Readiness, Ready, Segment, SrFixed, SEGMENT_LEN,
+        SR_CELL_LEN, SR_FIXED_LEN,
+    },
     wire::{flags, Alu, Dtype, HDR_LEN, VERSION_2},
     NetdamHdr, Opcode, Status,
 };
@@ -52,7 +55,8 @@ impl Memory {
 pub struct UdpNode {
     ip: Ipv4Addr,
     mem: Arc<Memory>,
-    generation: Arc<AtomicU32>,
+    /// The readiness, generation and call word packed (`Ready`), so a hop reads both at once.
+    generation: Arc<Ready64>,
     /// Datagrams received so far.
     received: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
@@ -68,7 +72,7 @@ impl UdpNode {
         grow_send_buffer(&sock, SEND_BUFFER);
         sock.set_read_timeout(Some(Duration::from_millis(50)))?;
         let mem = Arc::new(Memory(UnsafeCell::new(vec![0; mem_size])));
-        let generation = Arc::new(AtomicU32::new(0));
+        let generation = Arc::new(Ready64(AtomicU64::new(0)));
         let stop = Arc::new(AtomicBool::new(false));
         let received = Arc::new(AtomicU64::new(0));
         let server = {
@@ -128,9 +132,24 @@ impl MemberNode for UdpNode {
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p, data.len()) };
         Ok(())
     }
-    fn set_generation(&mut self, _rkey: u32, generation: u32) -> Result<(), ControllerError> {
-        self.generation.store(generation, Ordering::Release);
+    fn set_readiness(&mut self, _rkey: u32, now: Readiness) -> Result<(), ControllerError> {
+        self.generation.store(now);
         Ok(())
+    }
+}
+
+/// A region's readiness in one atomic word: the generation in the low
+/// half, the call word in the high.
+struct Ready64(AtomicU64);
+
+impl Ready64 {
+    fn store(&self, r: Readiness) {
+        self.0
+            .store(r.generation as u64 | (r.call as u64) << 32, Ordering::Release);
+    }
+    fn load(&self) -> Readiness {
+        let v = self.0.load(Ordering::Acquire);
+        Readiness::new(v as u32, (v >> 32) as u32)
     }
 }
 
@@ -143,7 +162,7 @@ const BATCH: usize = 64;
 /// Room for the largest datagram a node takes.
 const DATAGRAM: usize = 9216 + 256;
 
-fn serve(sock: &UdpSocket, mem: &Memory, generation: &AtomicU32, stop: &AtomicBool, received: &AtomicU64) {
+fn serve(sock: &UdpSocket, mem: &Memory, generation: &Ready64, stop: &AtomicBool, received: &AtomicU64) {
     use std::os::fd::AsRawFd;
     let fd = sock.as_raw_fd();
     let mut bufs = vec![[0u8; DATAGRAM]; BATCH];
@@ -221,7 +240,7 @@ fn serve(sock: &UdpSocket, mem: &Memory, generation: &AtomicU32, stop: &AtomicBo
 }
 
 /// Executes the datagram `b` in place; what to send and where.
-fn handle(b: &mut [u8], from: SocketAddrV4, mem: &Memory, generation: &AtomicU32) -> Option<(usize, SocketAddrV4)> {
+fn handle(b: &mut [u8], from: SocketAddrV4, mem: &Memory, generation: &Ready64) -> Option<(usize, SocketAddrV4)> {
     let h = NetdamHdr::from_bytes(b)?;
     if h.is_response() {
         return None;
@@ -285,7 +304,7 @@ fn hop(
     pay: usize,
     len: usize,
     mem: &Memory,
-    generation: &AtomicU32,
+    generation: &Ready64,
 ) -> Option<(usize, SocketAddrV4)> {
     let sr = SrFixed::from_bytes(&b[HDR_LEN..])?;
     let seg = |b: &[u8], i: u8| Segment::from_bytes(b.get(HDR_LEN + SR_FIXED_LEN + SEGMENT_LEN * i as usize..)?);
@@ -293,14 +312,15 @@ fn hop(
     let op = HopOp::from_u8(here.op)?;
     let origin = SocketAddrV4::new(sr.origin_ip().into(), sr.origin_port());
     let answer = |b: &mut [u8], status: Status, n: usize| respond(b, h, pay, status, n, origin);
-    let cell = match h.version {
+    let (call, cell) = match h.version {
         VERSION_2 => {
-            let at = HDR_LEN + cell_addr_off(sr.n);
-            Some(u64::from_be_bytes(b.get(at..at + 8)?.try_into().ok()?))
+            let at = HDR_LEN + trailer_off(sr.n);
+            let (call, cell) = parse_trailer(b.get(at..at + SR_CELL_LEN)?.try_into().ok()?);
+            (call, Some(cell))
         }
-        _ => None,
+        _ => (0, None),
     };
-    match check_ready(h.version, op, h.tag(), generation.load(Ordering::Acquire)) {
+    match check_ready(h.version, op, h.tag(), call, generation.load()) {
         Err(status) => return answer(b, status, 0),
         Ok(Ready::Hold) => {
             let c = cell?;
@@ -308,10 +328,11 @@ fn hop(
             let port = sr.origin_port() as u32;
             put(mem, c + cell::HELD_SEQ, &h.seq().to_le_bytes())?;
             put(mem, c + cell::HELD_IDX, &(sr.idx as u32 | port << 16).to_le_bytes())?;
+            put(mem, c + cell::HELD_CALL, &(call as u64).to_le_bytes())?;
             put(mem, c + cell::HELD, &h.tag().to_le_bytes())?;
             std::sync::atomic::fence(Ordering::SeqCst);
             // Raised meanwhile: the origin resends at once, as from the XDP node.
-            let status = match generation.load(Ordering::Acquire) == h.tag() {
+            let status = match generation.load().generation == h.tag() {
                 true => Status::NotReady,
                 false => Status::Held,
             };

@@ -37,9 +37,12 @@
 #define NETDAM_MAX_SEGMENTS 15u
 #define NETDAM_SR_MIN (NETDAM_SR_FIXED_LEN + NETDAM_SEGMENT_LEN)
 #define NETDAM_SR_MAX (NETDAM_SR_FIXED_LEN + NETDAM_SEGMENT_LEN * NETDAM_MAX_SEGMENTS)
-/* A version-2 CHAIN's SR header has the cell address (u64, big-endian) after
- * its segments: sr_len = 16 + 8n + 8. */
+/* A version-2 CHAIN's SR header has a trailer after its segments: the call
+ * word (u32, big-endian), then the cell address (u32, big-endian: NetDAM
+ * memory is at most 2 GiB); sr_len = 16 + 8n + 8. */
 #define NETDAM_SR_CELL_LEN 8u
+#define NETDAM_TRAILER_CALL 0u
+#define NETDAM_TRAILER_CELL_ADDR 4u
 /* Times one node may be named in a program (docs/conformance.md 20): a ring
  * names every member at most twice, and the bound keeps one frame from
  * making a node transmit more than twice (no ping-pong amplifier). */
@@ -91,7 +94,8 @@ enum netdam_status {
     NETDAM_BAD_SR = 12,
     NETDAM_TOO_LARGE = 13,
     NETDAM_FORBIDDEN = 14,
-    NETDAM_HELD = 15 /* version 2: the partial is held at this hop (not a failure) */
+    NETDAM_HELD = 15,    /* version 2: the partial is held at this hop (not a failure) */
+    NETDAM_MISMATCH = 16 /* version 2: this hop's member contributed to another call (its call word differs) */
 };
 
 /* Header flag bits. */
@@ -160,8 +164,9 @@ enum netdam_status {
 #define NETDAM_CELL_HELD_SEQ 8u /* u32: seq of the held packet */
 #define NETDAM_CELL_HELD_IDX 12u /* u8: SR idx of the held hop (then a zero byte) */
 #define NETDAM_CELL_HELD_PORT 14u /* u16: the held packet's origin_port */
-#define NETDAM_CELL_HOLD 16u    /* the held partial, len bytes */
-#define NETDAM_CELL_HDR_LEN 16u
+#define NETDAM_CELL_HELD_CALL 16u /* u32: the held packet's call word (then 4 zero bytes) */
+#define NETDAM_CELL_HOLD 24u    /* the held partial, len bytes */
+#define NETDAM_CELL_HDR_LEN 24u
 #define NETDAM_CELL_ALIGN 8u
 
 /* ---- Accessors ------------------------------------------------------------ */
@@ -228,11 +233,15 @@ _Static_assert(NETDAM_H_SEQ == 8u && NETDAM_H_TAG == 12u && NETDAM_H_SR_LEN == 7
 _Static_assert(NETDAM_SR_DST_ADDR + 8u == NETDAM_SR_FIXED_LEN, "the SR header's fixed part is 16 bytes");
 _Static_assert(NETDAM_SEG_FLAGS + 1u == NETDAM_SEGMENT_LEN, "a segment is 8 bytes");
 _Static_assert(NETDAM_SR_MAX == 136u && NETDAM_SR_MIN == 24u, "1 to 15 segments");
-_Static_assert(NETDAM_CELL_HELD_SEQ + 4u == NETDAM_CELL_HELD_IDX && NETDAM_CELL_HELD_PORT + 2u == NETDAM_CELL_HOLD &&
-                   NETDAM_CELL_HOLD == NETDAM_CELL_HDR_LEN && NETDAM_CELL_HDR_LEN == 16u,
-               "the version-2 cell: done, held, held_seq, held_idx, held_port, then the held partial at 16");
+_Static_assert(NETDAM_CELL_HELD_SEQ + 4u == NETDAM_CELL_HELD_IDX && NETDAM_CELL_HELD_PORT + 2u == NETDAM_CELL_HELD_CALL &&
+                   NETDAM_CELL_HELD_CALL + 8u == NETDAM_CELL_HOLD && NETDAM_CELL_HOLD == NETDAM_CELL_HDR_LEN &&
+                   NETDAM_CELL_HDR_LEN == 24u,
+               "the version-2 cell: done, held, held_seq, held_idx, held_port, held_call and a zero word, then the "
+               "held partial at 24");
+_Static_assert(NETDAM_TRAILER_CALL + 4u == NETDAM_TRAILER_CELL_ADDR && NETDAM_TRAILER_CELL_ADDR + 4u == NETDAM_SR_CELL_LEN,
+               "the version-2 trailer: call word, then cell address");
 _Static_assert(NETDAM_SR_FIXED_LEN + NETDAM_SEGMENT_LEN * 14u + NETDAM_SR_CELL_LEN <= NETDAM_SR_MAX,
-               "a version-2 ring program (14 segments at most) and its cell address fit an SR header");
+               "a version-2 ring program (14 segments at most) and its trailer fit an SR header");
 _Static_assert(NETDAM_CARRIER_LEN == 42u, "Ethernet + IPv4 + UDP");
 _Static_assert(NETDAM_IP_DST + 4u == NETDAM_IPV4_MIN, "IPv4 without options is 20 bytes");
 _Static_assert(NETDAM_UDP_CHECK + 2u == NETDAM_UDP_LEN, "UDP header is 8 bytes");

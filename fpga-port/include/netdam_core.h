@@ -14,7 +14,7 @@
 #define NETDAM_GENERATION_SLOTS 64u
 #define NETDAM_WINDOW_SOURCES 256u
 #define NETDAM_WINDOW_SLOTS 1024u
-#define NETDAM_COUNTER_SLOTS 256u
+#define NETDAM_COUNTER_SLOTS 512u
 
 /* What becomes of a frame. */
 enum netdam_verdict {
@@ -39,7 +39,7 @@ typedef struct {
 
 /* Counter indices: one per (opcode slot, status), then one per event, as
  * the XDP program counts (netdam-common/src/counters.rs). */
-#define NETDAM_STATUS_SLOTS 16u
+#define NETDAM_STATUS_SLOTS 32u
 #define NETDAM_OP_SLOTS 12u
 enum netdam_event {
     NETDAM_EV_DROP_TRUNCATED = NETDAM_OP_SLOTS * NETDAM_STATUS_SLOTS,
@@ -71,23 +71,26 @@ enum netdam_event {
     NETDAM_EV_WINDOW_SOURCE_FULL,    /* a new source whose IPv4 address holds window_per_source windows */
     NETDAM_EV_DROP_WINDOW_RETIRING   /* XDP only (the sweep removing a window): never counted here */
 };
-_Static_assert(NETDAM_EV_DROP_PEER_UNRESOLVED == 205u && NETDAM_EV_DROP_MEM_COPY_FAILED == 214u &&
-                   NETDAM_EV_BAD_KEY_LIMITED == 215u && NETDAM_EV_DROP_BAD_KEY_LOCKOUT == 216u &&
-                   NETDAM_EV_PASS_SPLIT_STRANGER == 217u && NETDAM_EV_WINDOW_SOURCE_FULL == 218u &&
-                   NETDAM_EV_DROP_WINDOW_RETIRING == 219u,
+_Static_assert(NETDAM_EV_DROP_TRUNCATED == 384u && NETDAM_EV_DROP_PEER_UNRESOLVED == 397u &&
+                   NETDAM_EV_DROP_MEM_COPY_FAILED == 406u && NETDAM_EV_BAD_KEY_LIMITED == 407u &&
+                   NETDAM_EV_DROP_BAD_KEY_LOCKOUT == 408u && NETDAM_EV_PASS_SPLIT_STRANGER == 409u &&
+                   NETDAM_EV_WINDOW_SOURCE_FULL == 410u && NETDAM_EV_DROP_WINDOW_RETIRING == 411u,
                "event indices as in netdam-common/src/counters.rs");
-_Static_assert(NETDAM_HELD < NETDAM_STATUS_SLOTS, "every status has a counter per opcode");
+_Static_assert(NETDAM_MISMATCH < NETDAM_STATUS_SLOTS, "every status has a counter per opcode");
 _Static_assert(NETDAM_EV_DROP_WINDOW_RETIRING < NETDAM_COUNTER_SLOTS, "every event has a counter");
 
 /* Host side: empties every table and sets the configuration. */
 void netdam_reset(const netdam_config_t *cfg);
 /* Adds a region, a peer, the MAC bound to a peer (its next-hop entry: its
  * frames must come from that MAC and CHAIN packets to it go there; all zero
- * while unresolved), or sets a generation. 0, or -1 when the table is full or the entry is invalid. */
+ * while unresolved), or sets a region's readiness: its generation and the
+ * call word raised with it (version 2), together; netdam_set_generation
+ * sets call word 0. 0, or -1 when the table is full or the entry is invalid. */
 int netdam_add_region(uint32_t rkey, uint64_t base, uint64_t size, uint32_t perms);
 int netdam_add_peer(uint32_t ip);
 int netdam_add_nexthop(uint32_t ip, const uint8_t mac[6]);
 int netdam_set_generation(uint32_t rkey, uint32_t generation);
+int netdam_set_readiness(uint32_t rkey, uint32_t generation, uint32_t call);
 uint64_t netdam_counter(uint32_t index);
 
 /* The top function: one frame in, the verdict, and the frame out for TX

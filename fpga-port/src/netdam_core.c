@@ -31,6 +31,19 @@ typedef struct {
     uint32_t value;
 } keyed_t;
 
+/* A region's readiness (section 6): its generation and the call word raised
+ * with it (version 2; 0 when raised without one). */
+typedef struct {
+    uint32_t generation;
+    uint32_t call;
+} readiness_t;
+
+typedef struct {
+    bool used;
+    uint32_t rkey;
+    readiness_t now;
+} generation_t;
+
 /* A window slot: seq << 32 | state, and the old value of an atomic. */
 typedef struct {
     uint64_t tag;
@@ -55,7 +68,7 @@ static netdam_config_t cfg;
 static region_t regions[NETDAM_REGION_SLOTS];
 static keyed_t peers[NETDAM_PEER_SLOTS];
 static nexthop_t nexthops[NETDAM_NEXTHOP_SLOTS];
-static keyed_t generations[NETDAM_GENERATION_SLOTS];
+static generation_t generations[NETDAM_GENERATION_SLOTS];
 static window_t windows[NETDAM_WINDOW_SOURCES];
 static uint64_t counters[NETDAM_COUNTER_SLOTS];
 static uint32_t peer_count;
@@ -164,10 +177,31 @@ int netdam_add_nexthop(uint32_t ip, const uint8_t mac[6])
     return -1;
 }
 
-int netdam_set_generation(uint32_t rkey, uint32_t generation)
+/* The generation and the call word in one entry, set together (the data
+ * path never sees one without the other). */
+int netdam_set_readiness(uint32_t rkey, uint32_t generation, uint32_t call)
 {
-    return put_keyed(generations, NETDAM_GENERATION_SLOTS, rkey, generation);
+    uint32_t i;
+    for (i = 0; i < NETDAM_GENERATION_SLOTS; i++) {
+        if (generations[i].used && generations[i].rkey == rkey) {
+            generations[i].now.generation = generation;
+            generations[i].now.call = call;
+            return 0;
+        }
+    }
+    for (i = 0; i < NETDAM_GENERATION_SLOTS; i++) {
+        if (!generations[i].used) {
+            generations[i].used = true;
+            generations[i].rkey = rkey;
+            generations[i].now.generation = generation;
+            generations[i].now.call = call;
+            return 0;
+        }
+    }
+    return -1;
 }
+
+int netdam_set_generation(uint32_t rkey, uint32_t generation) { return netdam_set_readiness(rkey, generation, 0u); }
 
 uint64_t netdam_counter(uint32_t index) { return index < NETDAM_COUNTER_SLOTS ? counters[index] : 0u; }
 
@@ -243,15 +277,17 @@ static bool sent_by_peer(uint32_t ip, const uint8_t *eth_src)
     return !zero && same;
 }
 
-static uint32_t generation_of(uint32_t rkey)
+/* The readiness of region `rkey` (absent: generation 0, call 0). */
+static readiness_t readiness_of(uint32_t rkey)
 {
+    readiness_t none = {0u, 0u};
     uint32_t i;
     for (i = 0; i < NETDAM_GENERATION_SLOTS; i++) {
-        if (generations[i].used && generations[i].key == rkey) {
-            return generations[i].value;
+        if (generations[i].used && generations[i].rkey == rkey) {
+            return generations[i].now;
         }
     }
-    return 0u;
+    return none;
 }
 
 static bool region_contains(const region_t *r, uint64_t a, uint64_t n)
@@ -735,8 +771,9 @@ typedef struct {
     uint8_t *out;
     uint32_t *out_len;
     uint8_t *mem;
-    bool v2;       /* a version-2 CHAIN: it has a cell */
-    uint64_t cell; /* its cell address (once the SR shape is checked) */
+    bool v2;       /* a version-2 CHAIN: it has a trailer */
+    uint64_t cell; /* its trailer's cell address (once the SR shape is checked) */
+    uint32_t call; /* its trailer's call word (once the SR shape is checked) */
 } pkt_t;
 
 static bool hop_known(uint8_t op)
@@ -789,7 +826,7 @@ static uint32_t times_named(const uint8_t *sr, uint8_t n)
  * program names this node at most NETDAM_MAX_NAMED times (BAD_SR); dtype
  * and alu; length; alignment; rkey, permission and both ranges, for every
  * hop op including NOP (docs/conformance.md 20). Version 2: the cell is
- * 8-aligned (MISALIGNED) and [cell, cell + 16 + len) lies in the region
+ * 8-aligned (MISALIGNED) and [cell, cell + 24 + len) lies in the region
  * (OUT_OF_BOUNDS), for every hop op but NOP. */
 static uint8_t check_hop(const pkt_t *p, bool forwards, bool next_is_peer, uint32_t named, const uint8_t *here,
                          const region_t *r)
@@ -863,12 +900,18 @@ enum ready {
  * generation; a later tag is NOT_READY, an earlier one STALE (version 2
  * too: a copy one generation behind is STALE, and its origin repairs the
  * chunk). Version 2 also holds a REDUCE or REDUCE_WRITE one ahead (WRITE,
- * ACCUMULATE: NOT_READY). OK and what to do in `ready`, or the status. */
-static uint8_t check_ready(bool v2, uint8_t op, uint32_t tag, uint32_t generation, enum ready *ready)
+ * ACCUMULATE: NOT_READY), and answers a hop at the generation whose
+ * trailer's call word differs from the region's MISMATCH (`call` is ignored
+ * in version 1, and for NOP). OK and what to do in `ready`, or the status. */
+static uint8_t check_ready(bool v2, uint8_t op, uint32_t tag, uint32_t call, const readiness_t *now, enum ready *ready)
 {
+    uint32_t generation = now->generation;
     *ready = READY_RUN;
-    if (op == NETDAM_HOP_NOP || tag == generation) {
+    if (op == NETDAM_HOP_NOP) {
         return NETDAM_OK;
+    }
+    if (tag == generation) {
+        return v2 && call != now->call ? NETDAM_MISMATCH : NETDAM_OK;
     }
     if (v2 && generation != 0xFFFFFFFFu && tag == generation + 1u &&
         (op == NETDAM_HOP_REDUCE || op == NETDAM_HOP_REDUCE_WRITE)) {
@@ -880,13 +923,16 @@ static uint8_t check_ready(bool v2, uint8_t op, uint32_t tag, uint32_t generatio
 
 /* Holds the partial in scratch (n bytes) in the cell: hold, then the 8
  * bytes at offset 8 at once (held_seq, held_idx, a zero byte, held_port:
- * the origin_port), then held = tag (last: the host reads the others after it). */
+ * the origin_port), then the 8 at offset 16 at once (held_call, the
+ * trailer's call word, and a zero word), then held = tag (last: the host
+ * reads the others after it). */
 static void hold(const pkt_t *p, uint32_t n)
 {
     uint8_t *c = p->mem + p->cell;
     uint32_t idx_port = (uint32_t)p->sr[NETDAM_SR_IDX] | ((uint32_t)netdam_be16(p->sr + NETDAM_SR_ORIGIN_PORT) << 16);
     copy_bytes(c + NETDAM_CELL_HOLD, scratch, n);
     netdam_put_le64(c + NETDAM_CELL_HELD_SEQ, (uint64_t)netdam_be32(p->h + NETDAM_H_SEQ) | ((uint64_t)idx_port << 32));
+    netdam_put_le64(c + NETDAM_CELL_HELD_CALL, (uint64_t)p->call);
     netdam_put_le32(c + NETDAM_CELL_HELD, netdam_be32(p->h + NETDAM_H_TAG));
 }
 
@@ -992,7 +1038,11 @@ static enum netdam_verdict chain(pkt_t *p, const uint8_t *payload, uint32_t payl
         count(NETDAM_EV_DROP_BAD_ORIGIN);
         return NETDAM_VERDICT_DROP;
     }
-    p->cell = p->v2 ? netdam_be64(sr + NETDAM_SR_FIXED_LEN + NETDAM_SEGMENT_LEN * (uint32_t)n) : 0u;
+    if (p->v2) {
+        const uint8_t *trailer = sr + NETDAM_SR_FIXED_LEN + NETDAM_SEGMENT_LEN * (uint32_t)n;
+        p->call = netdam_be32(trailer + NETDAM_TRAILER_CALL);
+        p->cell = netdam_be32(trailer + NETDAM_TRAILER_CELL_ADDR);
+    }
     forwards = (uint32_t)idx + 1u < n;
     here = sr + NETDAM_SR_FIXED_LEN + NETDAM_SEGMENT_LEN * idx;
     next = forwards ? here + NETDAM_SEGMENT_LEN : here;
@@ -1003,14 +1053,15 @@ static enum netdam_verdict chain(pkt_t *p, const uint8_t *payload, uint32_t payl
     next_is_peer = !forwards || in_peer_table(netdam_be32(next + NETDAM_SEG_IP));
     status = check_hop(p, forwards, next_is_peer, times_named(sr, n), here, r);
     if (status == NETDAM_OK) {
-        status = check_ready(p->v2, op, tag, generation_of(rkey), &ready);
+        readiness_t now = readiness_of(rkey);
+        status = check_ready(p->v2, op, tag, p->call, &now, &ready);
     }
     if (status == NETDAM_OK && ready == READY_HOLD) {
         hold(p, len);
         /* The host may have raised the generation meanwhile (not in this
          * single-threaded engine, where it reads the same): then it may have
          * read the cell before this hold, and the origin resends at once. */
-        status = generation_of(rkey) == tag ? NETDAM_NOT_READY : NETDAM_HELD;
+        status = readiness_of(rkey).generation == tag ? NETDAM_NOT_READY : NETDAM_HELD;
     }
     if (status == NETDAM_OK) {
         bool windowed = op == NETDAM_HOP_ACCUMULATE && (h[NETDAM_H_ALU] == NETDAM_ADD || h[NETDAM_H_ALU] == NETDAM_XOR);
@@ -1188,7 +1239,7 @@ enum netdam_verdict netdam_top(const uint8_t in[NETDAM_FRAME_MAX], uint32_t in_l
     if (op == NETDAM_OP_CHAIN &&
         (h[NETDAM_H_VERSION] == NETDAM_VERSION || h[NETDAM_H_VERSION] == NETDAM_VERSION_2) &&
         check_sr_len(op, h[NETDAM_H_SR_LEN]) == NETDAM_OK) {
-        pkt_t p = {f, l4, h, dg + NETDAM_HDR_LEN, out, out_len, mem, h[NETDAM_H_VERSION] == NETDAM_VERSION_2, 0u};
+        pkt_t p = {f, l4, h, dg + NETDAM_HDR_LEN, out, out_len, mem, h[NETDAM_H_VERSION] == NETDAM_VERSION_2, 0u, 0u};
         return chain(&p, payload, len < avail ? len : avail);
     }
     status = check_header(h, avail, &c);

@@ -104,7 +104,9 @@ static void configure(const json_t *node)
     list = json_get(node, "generations");
     for (i = 0; i < json_len(list); i++) {
         const json_t *g = json_at(list, i);
-        netdam_set_generation((uint32_t)json_u64(json_get(g, "rkey")), (uint32_t)json_u64(json_get(g, "generation")));
+        const json_t *call = json_get(g, "call"); /* version 2's call word: absent when 0 */
+        netdam_set_readiness((uint32_t)json_u64(json_get(g, "rkey")), (uint32_t)json_u64(json_get(g, "generation")),
+                             call != NULL ? (uint32_t)json_u64(call) : 0u);
     }
 }
 

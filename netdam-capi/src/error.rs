@@ -132,6 +132,8 @@ impl From<CollectiveError> for Error {
             C::Refused { status, .. } => return refused(*status, e.to_string()),
             C::Stale { .. } => return refused(WireStatus::Stale, e.to_string()),
             C::NotReady { .. } => return refused(WireStatus::NotReady, e.to_string()),
+            C::Mismatch { .. } => return refused(WireStatus::Mismatch, e.to_string()),
+            C::PeerFailed { .. } => return refused(WireStatus::Stale, e.to_string()),
             C::Node(c) => controller_status(c),
             C::Io(..) => Status::Io,
         };

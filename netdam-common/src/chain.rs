@@ -16,8 +16,14 @@ use crate::{
 pub const SR_FIXED_LEN: usize = 16;
 /// Bytes of one segment.
 pub const SEGMENT_LEN: usize = 8;
-/// Bytes a version-2 SR header has after its segments: the chunk's cell address.
+/// Bytes a version-2 SR header has after its segments: the call word, then
+/// the chunk's cell address (the trailer).
 pub const SR_CELL_LEN: usize = 8;
+/// Offset of the call word in the trailer (u32, big-endian).
+pub const TRAILER_CALL: usize = 0;
+/// Offset of the cell address in the trailer (u32, big-endian: NetDAM
+/// memory is at most 2 GiB, `config::MEM_MAX`).
+pub const TRAILER_CELL_ADDR: usize = 4;
 
 /// The completion cell of a version-2 CHAIN (docs/PROTOCOL.md, version 2):
 /// byte offsets of its fields from `cell_addr`, little-endian in memory.
@@ -32,17 +38,20 @@ pub mod cell {
     pub const HELD_IDX: u64 = 12;
     /// u16: the held packet's origin_port.
     pub const HELD_PORT: u64 = 14;
+    /// u32: the held packet's call word (4 zero bytes follow it).
+    pub const HELD_CALL: u64 = 16;
     /// The held partial, len bytes.
-    pub const HOLD: u64 = 16;
+    pub const HOLD: u64 = 24;
     /// Bytes before the held partial.
-    pub const HDR_LEN: u64 = 16;
+    pub const HDR_LEN: u64 = 24;
     /// Alignment of `cell_addr`.
     pub const ALIGN: u64 = 8;
 }
 
 /// A version-2 CHAIN's cell address, or none (version 1). A pair, not an
 /// `Option`: the XDP verifier refuses to read an `Option`'s unset payload,
-/// which the compiler may load anyway.
+/// which the compiler may load anyway. (The trailer's call word goes to
+/// readiness, `check_ready`.)
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CellAddr {
     pub present: bool,
@@ -256,9 +265,24 @@ pub const fn sr_len_of(version: u8, n: usize) -> usize {
         }
 }
 
-/// Offset of a version-2 SR header's cell address from the header's start.
-pub const fn cell_addr_off(n: u8) -> usize {
+/// Offset of a version-2 SR header's trailer (call word, cell address)
+/// from the header's start.
+pub const fn trailer_off(n: u8) -> usize {
     SR_FIXED_LEN + SEGMENT_LEN * n as usize
+}
+
+/// A version-2 trailer's (call word, cell address), from its 8 bytes.
+pub const fn parse_trailer(b: [u8; SR_CELL_LEN]) -> (u32, u64) {
+    let call = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+    let cell_addr = u32::from_be_bytes([b[4], b[5], b[6], b[7]]) as u64;
+    (call, cell_addr)
+}
+
+/// A version-2 trailer's 8 bytes.
+pub const fn trailer_bytes(call: u32, cell_addr: u32) -> [u8; SR_CELL_LEN] {
+    let c = call.to_be_bytes();
+    let a = cell_addr.to_be_bytes();
+    [c[0], c[1], c[2], c[3], a[0], a[1], a[2], a[3]]
 }
 
 /// Where a CHAIN packet's SR header says it is, once its shape is checked.
@@ -411,10 +435,20 @@ pub enum Ready {
 /// Readiness (section 6; version 2 in docs/PROTOCOL.md). Version 1: a hop
 /// other than NOP runs only if tag equals the region's generation; a later
 /// tag is NOT_READY, an earlier one STALE. Version 2 also holds a REDUCE or
-/// REDUCE_WRITE one ahead (WRITE, ACCUMULATE: NOT_READY).
+/// REDUCE_WRITE one ahead (WRITE, ACCUMULATE: NOT_READY), and a hop at the
+/// generation whose trailer's `call` differs from the region's is MISMATCH
+/// (its member runs another call: count, type or operator). `call` is
+/// ignored in version 1.
 #[inline(always)]
-pub const fn check_ready(version: u8, op: HopOp, tag: u32, generation: u32) -> Result<Ready, Status> {
-    if matches!(op, HopOp::Nop) || tag == generation {
+pub const fn check_ready(version: u8, op: HopOp, tag: u32, call: u32, now: Readiness) -> Result<Ready, Status> {
+    let generation = now.generation;
+    if matches!(op, HopOp::Nop) {
+        return Ok(Ready::Run);
+    }
+    if tag == generation {
+        if version == VERSION_2 && call != now.call {
+            return Err(Status::Mismatch);
+        }
         return Ok(Ready::Run);
     }
     if version == VERSION_2
@@ -429,6 +463,39 @@ pub const fn check_ready(version: u8, op: HopOp, tag: u32, generation: u32) -> R
     } else {
         Err(Status::Stale)
     }
+}
+
+/// A region's readiness (section 6, and version 2's call word): what its
+/// host set last, together, when it raised the generation. The value of
+/// the node's generations map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Readiness {
+    pub generation: u32,
+    /// The call the host contributed to at `generation` (version 2); 0 when
+    /// raised without one.
+    pub call: u32,
+}
+
+impl Readiness {
+    pub const fn new(generation: u32, call: u32) -> Self {
+        Readiness { generation, call }
+    }
+}
+
+/// The call word of a ring all-reduce of `count` elements of `dtype` under
+/// `alu`: what every member must agree on, folded into 32 bits. Equal calls
+/// give equal words; unequal ones give unequal words but for a chance of
+/// 2^-32 (the bits are mixed, so counts one apart or 2^32 apart differ too).
+pub const fn ring_call_word(count: u64, dtype: Dtype, alu: Alu) -> u32 {
+    // splitmix64's finalizer over the three arguments.
+    let mut z = count
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(((dtype as u64) << 8 | alu as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z ^ (z >> 32)) as u32
 }
 
 /// Whether a hop runs through the at-most-once window (section 7): the
@@ -574,38 +641,83 @@ mod tests {
             Err(Status::BadSr)
         );
         use Ready::*;
+        let at = |g| Readiness::new(g, 9);
         for v in [VERSION, VERSION_2] {
-            assert_eq!(check_ready(v, HopOp::Reduce, 5, 5), Ok(Run));
-            assert_eq!(check_ready(v, HopOp::Nop, 4, 5), Ok(Run));
-            assert_eq!(check_ready(v, HopOp::Reduce, 7, 5), Err(Status::NotReady));
-            assert_eq!(check_ready(v, HopOp::Write, 3, 5), Err(Status::Stale));
+            assert_eq!(check_ready(v, HopOp::Reduce, 5, 9, at(5)), Ok(Run));
+            assert_eq!(check_ready(v, HopOp::Nop, 4, 9, at(5)), Ok(Run));
+            assert_eq!(check_ready(v, HopOp::Reduce, 7, 9, at(5)), Err(Status::NotReady));
+            assert_eq!(check_ready(v, HopOp::Write, 3, 9, at(5)), Err(Status::Stale));
         }
-        assert_eq!(check_ready(VERSION, HopOp::Reduce, 6, 5), Err(Status::NotReady));
-        assert_eq!(check_ready(VERSION, HopOp::Write, 4, 5), Err(Status::Stale));
+        assert_eq!(check_ready(VERSION, HopOp::Reduce, 6, 9, at(5)), Err(Status::NotReady));
+        assert_eq!(check_ready(VERSION, HopOp::Write, 4, 9, at(5)), Err(Status::Stale));
         // Version 2: one ahead holds REDUCE and REDUCE_WRITE only; one behind is STALE as in version 1.
-        assert_eq!(check_ready(VERSION_2, HopOp::Reduce, 6, 5), Ok(Hold));
-        assert_eq!(check_ready(VERSION_2, HopOp::ReduceWrite, 6, 5), Ok(Hold));
-        assert_eq!(check_ready(VERSION_2, HopOp::Write, 6, 5), Err(Status::NotReady));
-        assert_eq!(check_ready(VERSION_2, HopOp::Accumulate, 6, 5), Err(Status::NotReady));
-        for op in [HopOp::Reduce, HopOp::ReduceWrite, HopOp::Write, HopOp::Accumulate] {
-            assert_eq!(check_ready(VERSION_2, op, 4, 5), Err(Status::Stale));
-        }
-        // No wrap-around at either end.
+        assert_eq!(check_ready(VERSION_2, HopOp::Reduce, 6, 9, at(5)), Ok(Hold));
+        assert_eq!(check_ready(VERSION_2, HopOp::ReduceWrite, 6, 9, at(5)), Ok(Hold));
+        assert_eq!(check_ready(VERSION_2, HopOp::Write, 6, 9, at(5)), Err(Status::NotReady));
         assert_eq!(
-            check_ready(VERSION_2, HopOp::Reduce, u32::MAX, 0),
+            check_ready(VERSION_2, HopOp::Accumulate, 6, 9, at(5)),
             Err(Status::NotReady)
         );
-        assert_eq!(check_ready(VERSION_2, HopOp::Reduce, 0, u32::MAX), Err(Status::Stale));
+        for op in [HopOp::Reduce, HopOp::ReduceWrite, HopOp::Write, HopOp::Accumulate] {
+            assert_eq!(check_ready(VERSION_2, op, 4, 9, at(5)), Err(Status::Stale));
+            // The call word: compared at the generation only, in version 2 only, never for NOP.
+            assert_eq!(check_ready(VERSION_2, op, 5, 8, at(5)), Err(Status::Mismatch));
+            assert_eq!(check_ready(VERSION, op, 5, 8, at(5)), Ok(Run));
+            assert_eq!(check_ready(VERSION_2, op, 4, 8, at(5)), Err(Status::Stale));
+        }
+        assert_eq!(check_ready(VERSION_2, HopOp::Reduce, 6, 8, at(5)), Ok(Hold));
+        assert_eq!(check_ready(VERSION_2, HopOp::Nop, 5, 8, at(5)), Ok(Run));
+        // No wrap-around at either end.
+        assert_eq!(
+            check_ready(VERSION_2, HopOp::Reduce, u32::MAX, 9, at(0)),
+            Err(Status::NotReady)
+        );
+        assert_eq!(
+            check_ready(VERSION_2, HopOp::Reduce, 0, 9, at(u32::MAX)),
+            Err(Status::Stale)
+        );
+    }
+
+    #[test]
+    fn call_words_differ_for_different_calls() {
+        let w = |c, d, a| ring_call_word(c, d, a);
+        let base = w(1000, Dtype::I32, Alu::Add);
+        assert_eq!(base, w(1000, Dtype::I32, Alu::Add));
+        assert_ne!(base, w(1001, Dtype::I32, Alu::Add));
+        assert_ne!(base, w(1000 + (1 << 32), Dtype::I32, Alu::Add));
+        assert_ne!(base, w(1000, Dtype::F32, Alu::Add));
+        assert_ne!(base, w(1000, Dtype::U32, Alu::Add));
+        assert_ne!(base, w(1000, Dtype::I32, Alu::Max));
+        // No two of a small sweep of calls share a word.
+        let mut all = Vec::new();
+        for count in 1..300u64 {
+            for d in Dtype::ALL {
+                for a in [Alu::Add, Alu::Min, Alu::Max] {
+                    all.push(w(count, *d, a));
+                }
+            }
+        }
+        let n = all.len();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), n);
+    }
+
+    #[test]
+    fn trailer_layout() {
+        let b = trailer_bytes(0x0102_0304, 0x0A0B_0C0D);
+        assert_eq!(b, [1, 2, 3, 4, 0x0A, 0x0B, 0x0C, 0x0D]);
+        assert_eq!(parse_trailer(b), (0x0102_0304, 0x0A0B_0C0D));
     }
 
     #[test]
     fn cells_and_the_version_2_ring() {
         assert_eq!(sr_len_of(VERSION_2, 6), 16 + 48 + 8);
-        assert_eq!(cell_addr_off(6), 64);
+        assert_eq!(trailer_off(6), 64);
         assert_eq!(ring_sr_len(4), 72);
-        assert_eq!(ring_cell_stride(1500, 4), 16 + 1368);
+        assert_eq!(ring_cell_stride(1500, 4), 24 + 1368);
         // Room 1379: i32 chunks of 1376 bytes, u64 of 1376, f32 of 1376; the stride covers any.
-        assert_eq!(ring_cell_stride(1499, 3), 16 + 1384);
+        assert_eq!(ring_cell_stride(1499, 3), 24 + 1384);
     }
 
     #[test]
@@ -695,11 +807,11 @@ mod tests {
         let cell = |c: u64, here: &Segment, r: &Region| {
             check_hop(&h, &sr, CellAddr::at(c), shape, here, &next, true, 1, me, 1500, Some(r))
         };
-        assert!(cell(4096 - 24, &here, &rw).is_ok());
-        assert_eq!(cell(4096 - 20, &here, &rw), Err(Status::Misaligned));
-        assert_eq!(cell(4096 - 16, &here, &rw), Err(Status::OutOfBounds));
-        assert!(cell(4096 - 20, &nop, &rw).is_ok());
-        assert!(cell(1 << 40, &nop, &rw).is_ok());
+        assert!(cell(4096 - 32, &here, &rw).is_ok());
+        assert_eq!(cell(4096 - 28, &here, &rw), Err(Status::Misaligned));
+        assert_eq!(cell(4096 - 24, &here, &rw), Err(Status::OutOfBounds));
+        assert!(cell(4096 - 28, &nop, &rw).is_ok());
+        assert!(cell(u32::MAX as u64, &nop, &rw).is_ok());
     }
     #[test]
     fn ring_result_folds_in_the_ring_order_of_each_chunk() {

@@ -3,7 +3,9 @@
 
 use crate::wire::{Opcode, Status};
 
-pub const STATUS_SLOTS: u32 = 16;
+/// Status counter slots per opcode: room for the statuses to come, so that
+/// a new status does not move the event counters after them.
+pub const STATUS_SLOTS: u32 = 32;
 /// Opcode slots: 0x00..=0x09 by value, CHAIN, then every unknown opcode.
 pub const OP_SLOTS: u32 = 12;
 const CHAIN_SLOT: u32 = 10;
@@ -187,7 +189,7 @@ const _: () = {
 };
 
 /// Entries of the counter map.
-pub const COUNTER_SLOTS: u32 = 256;
+pub const COUNTER_SLOTS: u32 = 512;
 const _: () = assert!((Event::LAST as u32) < COUNTER_SLOTS);
 
 /// Name of the opcode that owns op-counter `slot` (0..OP_SLOTS).

@@ -48,7 +48,7 @@ pub struct InjectJob {
     pub input_addr: u64,
     pub output_addr: u64,
     /// Chunk k's cell is at cells_addr + k * cell_stride; its address ends
-    /// the headers (the version-2 SR header's trailer).
+    /// the headers (the version-2 SR header's trailer, after the call word).
     pub cells_addr: u64,
     pub cell_stride: u64,
     /// The packet of a whole chunk, up to its payload.

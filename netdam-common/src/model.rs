@@ -15,8 +15,8 @@ use std::{collections::HashMap, net::Ipv4Addr};
 
 use crate::{
     chain::{
-        cell, cell_addr_off, check_chain_preamble, check_hop, check_ready, check_sr_shape, hop_needs_window, CellAddr,
-        HopOp, Me, Ready, Segment, SrFixed, SEGMENT_LEN, SR_FIXED_LEN,
+        cell, check_chain_preamble, check_hop, check_ready, check_sr_shape, hop_needs_window, parse_trailer,
+        trailer_off, CellAddr, HopOp, Me, Readiness, Ready, Segment, SrFixed, SEGMENT_LEN, SR_CELL_LEN, SR_FIXED_LEN,
     },
     config::PeerEntry,
     counters::{op_status, Event},
@@ -65,8 +65,9 @@ pub struct ModelNode {
     /// The at-most-once windows by (source IP, source port, hop): hop is 0
     /// for plain requests and idx + 1 for CHAIN hops (keyed by the origin).
     pub windows: HashMap<(Ipv4Addr, u16, u16), Vec<Slot>>,
-    /// Readiness generation by rkey (section 6); absent means 0.
-    pub generations: HashMap<u32, u32>,
+    /// Readiness generation (section 6) and call word (version 2) by rkey;
+    /// absent means both 0.
+    pub generations: HashMap<u32, Readiness>,
     /// The MAC bound to each peer (the controller's copy of the neighbour
     /// table): where its frames must come from and CHAIN packets to it go.
     pub neighbours: HashMap<Ipv4Addr, [u8; 6]>,
@@ -370,10 +371,12 @@ impl ModelNode {
             ip: u32::from(self.ip),
             port: self.port,
         };
-        let cell = (h.version == VERSION_2).then(|| {
-            let at = cell_addr_off(shape.n);
-            u64::from_be_bytes(sr[at..at + 8].try_into().expect("sr_len covers the cell address"))
+        let trailer = (h.version == VERSION_2).then(|| {
+            let at = trailer_off(shape.n);
+            parse_trailer(sr[at..at + SR_CELL_LEN].try_into().expect("sr_len covers the trailer"))
         });
+        let call = trailer.map_or(0, |(call, _)| call);
+        let cell = trailer.map(|(_, cell_addr)| cell_addr);
         let cell_addr = cell.map_or(CellAddr::NONE, CellAddr::at);
         let region = self.regions.iter().find(|(k, _)| *k == h.rkey()).map(|(_, r)| *r);
         let next_is_peer = !shape.forwards() || is_peer(Ipv4Addr::from(next.ip()));
@@ -394,13 +397,15 @@ impl ModelNode {
             region.as_ref(),
         )
         .and_then(|hop| {
-            let generation = self.generations.get(&h.rkey()).copied().unwrap_or(0);
-            if let Ready::Hold = check_ready(h.version, hop.op, h.tag(), generation)? {
+            let now = self.generations.get(&h.rkey()).copied().unwrap_or_default();
+            if let Ready::Hold = check_ready(h.version, hop.op, h.tag(), call, now)? {
                 let c = cell.expect("version 2") as usize;
                 self.mem[c + cell::HOLD as usize..][..out.len()].copy_from_slice(&out);
                 self.put_u32(c + cell::HELD_SEQ as usize, h.seq());
                 let idx_port = shape.idx as u32 | (fixed.origin_port() as u32) << 16;
                 self.put_u32(c + cell::HELD_IDX as usize, idx_port);
+                self.put_u32(c + cell::HELD_CALL as usize, call);
+                self.put_u32(c + cell::HELD_CALL as usize + 4, 0);
                 self.put_u32(c + cell::HELD as usize, h.tag());
                 return Err(Status::Held);
             }

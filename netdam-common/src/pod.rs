@@ -26,5 +26,8 @@ unsafe impl aya::Pod for crate::inject::InjectJob {}
 // SAFETY: repr(C) integers without holes.
 unsafe impl aya::Pod for crate::split::SplitRing {}
 
+// SAFETY: repr(C) integers without holes.
+unsafe impl aya::Pod for crate::chain::Readiness {}
+
 // SAFETY: repr(C) integers with explicit padding, as above.
 unsafe impl aya::Pod for crate::switch::SwitchConfig {}

@@ -9,7 +9,9 @@ use std::{collections::BTreeMap, net::Ipv4Addr};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    chain::{cell, HopOp, Segment as SrSegment, SrFixed, SEGMENT_LEN, SR_CELL_LEN, SR_FIXED_LEN},
+    chain::{
+        cell, trailer_bytes, HopOp, Readiness, Segment as SrSegment, SrFixed, SEGMENT_LEN, SR_CELL_LEN, SR_FIXED_LEN,
+    },
     frame::{netdam_frame, udp_frame, Endpoint, Ipv4Opts},
     model::{Action, ModelNode},
     region::perm,
@@ -61,6 +63,13 @@ pub struct NeighbourCfg {
 pub struct GenerationCfg {
     pub rkey: u32,
     pub generation: u32,
+    /// The call word raised with the generation (version 2); absent: 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub call: u32,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -149,7 +158,11 @@ impl NodeCfg {
             self.window_per_source as usize,
         );
         m.neighbours = self.neighbours().into_iter().collect();
-        m.generations = self.generations.iter().map(|g| (g.rkey, g.generation)).collect();
+        m.generations = self
+            .generations
+            .iter()
+            .map(|g| (g.rkey, Readiness::new(g.generation, g.call)))
+            .collect();
         m.receiver = self.receiver;
         m
     }
@@ -342,7 +355,8 @@ impl Gen {
             rest.extend_from_slice(&SrSegment::new(u32::from(*ip), DEFAULT_PORT, *op).to_bytes());
         }
         if let Some(cell) = c.cell {
-            rest.extend_from_slice(&cell.to_be_bytes());
+            let cell = u32::try_from(cell).expect("a cell address fits the trailer's 32 bits");
+            rest.extend_from_slice(&trailer_bytes(c.call, cell));
         }
         // An sr_len that claims more than the segments: zeros up to it.
         rest.resize(rest.len().max(h.sr_len as usize), 0);
@@ -380,8 +394,11 @@ struct Chain {
     tag: u32,
     /// The NetDAM header's version (1, or 2 for the version-2 CHAIN).
     version: u8,
-    /// The cell address the SR header carries after its segments (version 2).
+    /// The cell address the SR header's trailer carries after its segments
+    /// (version 2), with `call` before it.
     cell: Option<u64>,
+    /// The trailer's call word (version 2; sent only with a cell).
+    call: u32,
 }
 
 impl Chain {
@@ -404,10 +421,12 @@ impl Chain {
             tag: CHAIN_GEN,
             version: VERSION,
             cell: None,
+            call: CHAIN_CALL,
         }
     }
 
-    /// `at`, as a version-2 CHAIN with its cell at CHAIN_CELL.
+    /// `at`, as a version-2 CHAIN with its cell at CHAIN_CELL and the call
+    /// word of the region's generation (CHAIN_CALL).
     fn v2(idx: u8, op: HopOp) -> Chain {
         Chain {
             version: VERSION_2,
@@ -423,6 +442,17 @@ const CHAIN_CELL: u64 = RW_BASE + 0x1000;
 /// The generation of the read-write region on CHAIN vectors' node.
 const CHAIN_GEN: u32 = 7;
 
+/// The call word raised with CHAIN_GEN (version 2): what version-2 CHAIN
+/// vectors carry in their trailer unless they test another.
+const CHAIN_CALL: u32 = 0xC0FF_EE01;
+
+/// A call word other than CHAIN_CALL: another call's.
+const OTHER_CALL: u32 = 0xC0FF_EE02;
+
+/// The call word of the partial an old cell of the vectors holds (the
+/// previous call's).
+const PREVIOUS_CALL: u32 = 0xC0FF_EE00;
+
 /// The node of the CHAIN vectors. A CHAIN runs only with a peer table
 /// (docs/conformance.md 20); UNRESOLVED is a peer whose MAC the controller
 /// has not bound yet.
@@ -431,6 +461,7 @@ fn chain_node() -> NodeCfg {
         generations: vec![GenerationCfg {
             rkey: RKEY_RW,
             generation: CHAIN_GEN,
+            call: CHAIN_CALL,
         }],
         peers: vec![CLIENT_IP, HOP_A, HOP_B, UNRESOLVED],
         ..default_node()
@@ -704,12 +735,14 @@ fn chain_vectors(g: &mut Gen) {
     );
 }
 
-/// Version 2 of CHAIN (docs/PROTOCOL.md, the version-2 section): the cell
-/// trailer and its checks, readiness that holds a partial one generation
-/// ahead and answers a copy one generation behind STALE (as version 1 does:
-/// its origin repairs the chunk, the node does not), the `done` stamp, the
-/// version-2 sr_len (BAD_SR, at most 14 segments), and version 2 refused
-/// outside CHAIN.
+/// Version 2 of CHAIN (docs/PROTOCOL.md, the version-2 section): the
+/// trailer (call word, cell address) and the cell's checks, readiness that
+/// holds a partial one generation ahead (its call word in held_call) and
+/// answers a copy one generation behind STALE (as version 1 does: its origin
+/// repairs the chunk, the node does not), the call word compared at the
+/// generation (MISMATCH; not for NOP, not in version 1), the `done` stamp,
+/// the version-2 sr_len (BAD_SR, at most 14 segments), and version 2
+/// refused outside CHAIN.
 fn chain_v2_vectors(g: &mut Gen) {
     let node = chain_node();
     let input = RW_BASE + 0x100;
@@ -717,12 +750,14 @@ fn chain_v2_vectors(g: &mut Gen) {
     let cell_len = (cell::HDR_LEN + 64) as usize;
     let watch = [(input, 64), (output, 64), (CHAIN_CELL, cell_len)];
     // The cell as a previous generation left it: done 6, a partial of
-    // generation 6 held at idx 0 by seq 0x1ff.
+    // generation 6 held at idx 0 by seq 0x1ff, of the previous call.
     let old_cell = |g: &mut Gen| {
         let mut c = Vec::with_capacity(cell_len);
         c.extend_from_slice(&(CHAIN_GEN - 1).to_le_bytes());
         c.extend_from_slice(&(CHAIN_GEN - 1).to_le_bytes());
         c.extend_from_slice(&0x1FFu32.to_le_bytes());
+        c.extend_from_slice(&[0; 4]);
+        c.extend_from_slice(&PREVIOUS_CALL.to_le_bytes());
         c.extend_from_slice(&[0; 4]);
         c.extend_from_slice(&g.bytes(64));
         c
@@ -765,7 +800,7 @@ fn chain_v2_vectors(g: &mut Gen) {
             let f = g.chain_random(&c);
             g.case(
                 &format!("chain_v2_{}_held_{}", name(op), position(idx)),
-                "§v2: a REDUCE or REDUCE_WRITE hop at tag == generation + 1 is held: the payload in the cell's hold, then held_seq, held_idx and held_port (the origin_port), then held = tag; the origin is answered HELD (SR idx = this hop), nothing else stored",
+                "§v2: a REDUCE or REDUCE_WRITE hop at tag == generation + 1 is held: the payload in the cell's hold, then held_seq, held_idx and held_port (the origin_port), then held_call (the trailer's call word) and its zero, then held = tag; the origin is answered HELD (SR idx = this hop), nothing else stored",
                 &node,
                 &mem,
                 vec![f],
@@ -859,6 +894,137 @@ fn chain_v2_vectors(g: &mut Gen) {
             );
         }
     }
+    // The call word (compared at tag == generation only, for every hop op but NOP).
+    for op in [HopOp::Reduce, HopOp::ReduceWrite, HopOp::Write, HopOp::Accumulate] {
+        for idx in 0..3u8 {
+            let mem = place(g);
+            let c = Chain {
+                call: OTHER_CALL,
+                ..Chain::v2(idx, op)
+            };
+            let f = g.chain_random(&c);
+            g.case(
+                &format!("chain_v2_{}_mismatch_{}", name(op), position(idx)),
+                "§v2: at tag == generation a version-2 hop whose trailer's call differs from the region's call word is MISMATCH to the origin (SR idx = this hop); nothing is stored (data or cell) and the chain stops there",
+                &node,
+                &mem,
+                vec![f],
+                &watch,
+            );
+        }
+    }
+    let mem = place(g);
+    let other = g.chain_random(&Chain {
+        call: OTHER_CALL,
+        ..Chain::v2(1, HopOp::Accumulate)
+    });
+    let same = g.chain_random(&Chain::v2(1, HopOp::Accumulate));
+    g.case(
+        "chain_v2_accumulate_mismatch_claims_no_window",
+        "§v2: a MISMATCH hop claims no slot of the at-most-once window (§7): an ACCUMULATE ADD of the same seq with the region's call word runs after it",
+        &node,
+        &mem,
+        vec![other, same],
+        &watch,
+    );
+    for op in [HopOp::Reduce, HopOp::ReduceWrite] {
+        let mem = place(g);
+        let c = Chain {
+            call: OTHER_CALL,
+            tag: CHAIN_GEN + 1,
+            ..Chain::v2(1, op)
+        };
+        let f = g.chain_random(&c);
+        g.case(
+            &format!("chain_v2_{}_held_other_call", name(op)),
+            "§v2: a REDUCE or REDUCE_WRITE hop at tag == generation + 1 is held whatever its call word (the node compares calls at tag == generation only); the cell's held_call is the trailer's call, which the host compares with its own when it raises the generation",
+            &node,
+            &mem,
+            vec![f],
+            &watch,
+        );
+    }
+    let mem = place(g);
+    let frames = [
+        (HopOp::ReduceWrite, CHAIN_GEN - 1),
+        (HopOp::Write, CHAIN_GEN + 1),
+        (HopOp::Accumulate, CHAIN_GEN + 1),
+        (HopOp::Reduce, CHAIN_GEN + 2),
+    ]
+    .into_iter()
+    .map(|(op, tag)| {
+        let c = Chain {
+            call: OTHER_CALL,
+            tag,
+            ..Chain::v2(1, op)
+        };
+        g.chain_random(&c)
+    })
+    .collect();
+    g.case(
+        "chain_v2_other_call_off_generation",
+        "§v2: away from tag == generation the call word is not compared: with another call a hop one behind is STALE, a WRITE or ACCUMULATE one ahead NOT_READY, a hop two ahead NOT_READY",
+        &node,
+        &mem,
+        frames,
+        &watch,
+    );
+    let mem = place(g);
+    let frames = [(1u8, CHAIN_GEN), (2, CHAIN_GEN), (1, CHAIN_GEN + 1)]
+        .into_iter()
+        .map(|(idx, tag)| {
+            let c = Chain {
+                call: OTHER_CALL,
+                tag,
+                ..Chain::v2(idx, HopOp::Nop)
+            };
+            g.chain_random(&c)
+        })
+        .collect();
+    g.case(
+        "chain_v2_nop_ignores_the_call",
+        "§v2: a NOP hop skips readiness, the call word included: with another call it runs (forwards, or answers the origin with the payload)",
+        &node,
+        &mem,
+        frames,
+        &watch,
+    );
+    let mem = place(g);
+    let frames = [HopOp::Reduce, HopOp::ReduceWrite, HopOp::Write, HopOp::Accumulate]
+        .into_iter()
+        .map(|op| g.chain_random(&Chain::at(1, op)))
+        .collect();
+    g.case(
+        "chain_v1_ignores_the_call",
+        "§v2: a version-1 CHAIN has no trailer, so no call word: at tag == generation every hop op runs whatever the region's call word, as in version 1 (no cell touched)",
+        &node,
+        &mem,
+        frames,
+        &watch,
+    );
+    // A region raised without a call word has call 0, an ordinary word.
+    let zero = NodeCfg {
+        generations: vec![GenerationCfg {
+            rkey: RKEY_RW,
+            generation: CHAIN_GEN,
+            call: 0,
+        }],
+        ..node.clone()
+    };
+    let mem = place(g);
+    let runs = g.chain_random(&Chain {
+        call: 0,
+        ..Chain::v2(1, HopOp::ReduceWrite)
+    });
+    let mismatch = g.chain_random(&Chain::v2(1, HopOp::ReduceWrite));
+    g.case(
+        "chain_v2_call_zero_is_a_word",
+        "§v2: a region raised without a call word has call 0, an ordinary word: a hop whose call is 0 runs, one whose call is another is MISMATCH",
+        &zero,
+        &mem,
+        vec![runs, mismatch],
+        &watch,
+    );
     // The cell: 8-aligned and inside the region with room for the held partial.
     let mem = place(g);
     let c = Chain {
@@ -892,14 +1058,15 @@ fn chain_v2_vectors(g: &mut Gen) {
         .collect();
     g.case(
         "chain_v2_cell_out_of_bounds",
-        "§v2: [cell_addr, cell_addr + 16 + len) must lie in the region: a cell that just fits is stamped, one past the end, before the base or in another region is OUT_OF_BOUNDS",
+        "§v2: [cell_addr, cell_addr + 24 + len) must lie in the region: a cell that just fits is stamped, one past the end, before the base or in another region is OUT_OF_BOUNDS",
         &node,
         &mem,
         frames,
         &[(input, 64), (output, 64), (edge, cell_len)],
     );
     let mem = place(g);
-    let frames = [Some(CHAIN_CELL + 4), Some(1 << 40)]
+    // Misaligned, and past all memory (the trailer's cell address is 32 bits).
+    let frames = [Some(CHAIN_CELL + 4), Some(0xFFFF_FFF8)]
         .into_iter()
         .map(|cell| {
             let c = Chain {

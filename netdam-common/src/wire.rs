@@ -85,6 +85,7 @@ code_points! {
         TooLarge = 13, "TOO_LARGE";
         Forbidden = 14, "FORBIDDEN";
         Held = 15, "HELD";
+        Mismatch = 16, "MISMATCH";
     }
 }
 
@@ -277,9 +278,10 @@ mod tests {
         for s in Status::ALL {
             assert_eq!(Status::from_u8(*s as u8), Some(*s));
         }
-        assert_eq!(Status::ALL.len(), 16);
+        assert_eq!(Status::ALL.len(), 17);
+        assert!(Status::ALL.len() as u32 <= crate::counters::STATUS_SLOTS);
         assert_eq!(Opcode::from_u8(0x0A), None);
-        assert_eq!(Status::from_u8(16), None);
+        assert_eq!(Status::from_u8(17), None);
     }
 }
 

@@ -70,9 +70,10 @@ fn try_run(ctx: &XdpContext) -> Result<u32, ()> {
     store(ctx, at::ADDR, &(job.input_addr + off).to_be_bytes())?;
     store(ctx, at::LEN, &(len as u16).to_be_bytes())?;
     store(ctx, at::SR_DST_ADDR, &(job.output_addr + off).to_be_bytes())?;
-    // The version-2 SR header's last 8 bytes: the chunk's cell.
-    let cell = job.cells_addr + job.chunk(req) * job.cell_stride;
-    store(ctx, hdr - 8, &cell.to_be_bytes())?;
+    // The version-2 SR header's last 4 bytes: the chunk's cell (the call
+    // word before them is the template's).
+    let cell = (job.cells_addr + job.chunk(req) * job.cell_stride) as u32;
+    store(ctx, hdr - 4, &cell.to_be_bytes())?;
     mem_to_frame(ctx, hdr, job.input_addr + off, len).map_err(|_| ())?;
     Ok(xdp_action::XDP_TX)
 }

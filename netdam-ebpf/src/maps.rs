@@ -7,6 +7,7 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuArray, ProgramArray, XskMap},
 };
 use netdam_common::{
+    chain::Readiness,
     config::{BadKeyBucket, PeerEntry, BAD_KEY_SOURCES, MAX_PAYLOAD, MEM_CHUNK, PEER_SLOTS, REGION_SLOTS},
     counters::{Event, COUNTER_SLOTS},
     split::{SplitRing, SPLIT_PORTS},
@@ -40,10 +41,11 @@ pub fn peer_mac(ip_be: u32) -> Option<[u8; 6]> {
     }
 }
 
-/// Readiness generation by rkey (section 6); absent means 0. Written only by
-/// the controller (`netdam ready`).
+/// Readiness generation and call word by rkey (section 6, version 2);
+/// absent means both 0. Written only by the host (`netdam ready`, the
+/// collective engine), both at once.
 #[map(name = "NETDAM_GENERATIONS")]
-pub static GENERATIONS: HashMap<u32, u32> = HashMap::with_max_entries(REGION_SLOTS, 0);
+pub static GENERATIONS: HashMap<u32, Readiness> = HashMap::with_max_entries(REGION_SLOTS, 0);
 
 /// Slot 0: the chain program, which `netdam` tail-calls for CHAIN packets
 /// (a program of its own, so each stays within the verifier's budget).

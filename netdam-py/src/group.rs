@@ -4,7 +4,7 @@
 
 use std::{net::Ipv4Addr, sync::Mutex, time::Duration};
 
-use netdam_common::wire::DEFAULT_PORT;
+use netdam_common::wire::{Status, DEFAULT_PORT};
 use netdam_user::{
     collective::{
         ring::RingPlan,
@@ -266,6 +266,8 @@ fn collective_error(py: Python<'_>, e: CollectiveError) -> PyErr {
             TimeoutError::new_err(message)
         }
         CollectiveError::Refused { status, .. } => refused(py, message, status),
+        CollectiveError::Mismatch { .. } => refused(py, message, Status::Mismatch),
+        CollectiveError::PeerFailed { .. } => refused(py, message, Status::Stale),
         CollectiveError::Node(e) => node_error(e),
         CollectiveError::Stale { .. } | CollectiveError::Io(..) => Error::new_err(message),
     }

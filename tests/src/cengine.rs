@@ -8,7 +8,7 @@ use std::{
     sync::{Mutex, MutexGuard},
 };
 
-use netdam_common::model::Action;
+use netdam_common::{chain::Readiness, model::Action};
 use netdam_user::NodeSpec;
 
 #[repr(C)]
@@ -32,7 +32,7 @@ unsafe extern "C" {
     fn netdam_add_region(rkey: u32, base: u64, size: u64, perms: u32) -> i32;
     fn netdam_add_peer(ip: u32) -> i32;
     fn netdam_add_nexthop(ip: u32, mac: *const u8) -> i32;
-    fn netdam_set_generation(rkey: u32, generation: u32) -> i32;
+    fn netdam_set_readiness(rkey: u32, generation: u32, call: u32) -> i32;
     fn netdam_counter(index: u32) -> u64;
     fn netdam_top(input: *const u8, in_len: u32, out: *mut u8, out_len: *mut u32, mem: *mut u8) -> u32;
 }
@@ -47,8 +47,9 @@ pub struct CEngine {
 }
 
 impl CEngine {
-    /// An engine configured as `spec`, with next hops and generations.
-    pub fn new(spec: &NodeSpec, neighbours: &[(Ipv4Addr, [u8; 6])], generations: &[(u32, u32)]) -> CEngine {
+    /// An engine configured as `spec`, with next hops and each region's
+    /// readiness (generation and call word, by rkey).
+    pub fn new(spec: &NodeSpec, neighbours: &[(Ipv4Addr, [u8; 6])], readiness: &[(u32, Readiness)]) -> CEngine {
         let only = ENGINE.lock().unwrap_or_else(|e| e.into_inner());
         let cfg = Config {
             mac: spec.mac,
@@ -73,8 +74,12 @@ impl CEngine {
             for (ip, mac) in neighbours {
                 assert_eq!(netdam_add_nexthop(u32::from(*ip), mac.as_ptr()), 0, "next hop {ip}");
             }
-            for (rkey, g) in generations {
-                assert_eq!(netdam_set_generation(*rkey, *g), 0, "generation of {rkey:#x}");
+            for (rkey, r) in readiness {
+                assert_eq!(
+                    netdam_set_readiness(*rkey, r.generation, r.call),
+                    0,
+                    "readiness of {rkey:#x}"
+                );
             }
         }
         CEngine {

@@ -83,14 +83,7 @@ impl Ring {
     /// Runs `op` on every member with `inputs[rank]` placed through its
     /// node's mmap; every member's report and output, or its error.
     pub fn allreduce(&self, op: &Allreduce, inputs: &[Vec<u8>]) -> Vec<Answer> {
-        let calls = [Call {
-            op: *op,
-            inputs: inputs.to_vec(),
-        }];
-        self.run(&calls, |_, _| Duration::ZERO)
-            .into_iter()
-            .map(|mut answers| answers.remove(0))
-            .collect()
+        self.allreduce_each(&vec![*op; inputs.len()], inputs)
     }
 
     /// Runs `calls` back to back on every member, each member moving on to
@@ -98,16 +91,39 @@ impl Ring {
     /// call)` before placing its input; per member, every call's report and
     /// output (or its error, after which that member stops).
     pub fn run(&self, calls: &[Call], delay: impl Fn(usize, usize) -> Duration) -> Vec<Vec<Answer>> {
-        let pending: Vec<_> = self
-            .members
-            .iter()
-            .enumerate()
-            .map(|(rank, m)| {
-                let mine: Vec<(Allreduce, Vec<u8>, Duration)> = calls
+        let per_member = (0..self.members.len())
+            .map(|rank| {
+                calls
                     .iter()
                     .enumerate()
                     .map(|(c, call)| (call.op, call.inputs[rank].clone(), delay(rank, c)))
-                    .collect();
+                    .collect()
+            })
+            .collect();
+        self.run_per_member(per_member)
+    }
+
+    /// One all-reduce in which member `rank` passes `ops[rank]` (the
+    /// members may disagree) with `inputs[rank]`; every member's answer.
+    pub fn allreduce_each(&self, ops: &[Allreduce], inputs: &[Vec<u8>]) -> Vec<Answer> {
+        let per_member = ops
+            .iter()
+            .zip(inputs)
+            .map(|(op, input)| vec![(*op, input.clone(), Duration::ZERO)])
+            .collect();
+        self.run_per_member(per_member)
+            .into_iter()
+            .map(|mut answers| answers.remove(0))
+            .collect()
+    }
+
+    /// Runs each member's own list of (op, input, delay) at once.
+    fn run_per_member(&self, per_member: Vec<Vec<(Allreduce, Vec<u8>, Duration)>>) -> Vec<Vec<Answer>> {
+        let pending: Vec<_> = self
+            .members
+            .iter()
+            .zip(per_member)
+            .map(|(m, mine)| {
                 m.submit(move |coll| -> Vec<Answer> {
                     let mut answers = Vec::new();
                     for (op, input, wait) in mine {

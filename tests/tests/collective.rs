@@ -560,6 +560,77 @@ fn back_to_back_calls_of_other_sizes_dtypes_and_ops_do_not_mix() {
     exact(&calls, &answers);
 }
 
+/// Members that disagree about the count, the dtype or the operator (one
+/// member each time, on a 4-member ring; also a one-chunk vector, which
+/// only member 0 originates, so that members 1 and 3 have no chunk to be
+/// refused): every member fails with the mismatch, which the call word in
+/// every chunk and beside every generation finds (docs/PROTOCOL.md, version
+/// 2), and none returns a result; the group's next call, agreed, is exact.
+/// The patience is 60 s, so a member that only timed out would fail the
+/// test with another error, and the test would take minutes.
+#[test]
+fn members_that_disagree_on_count_dtype_or_op_all_fail_with_mismatch_then_go_on() {
+    let cfg = CollectiveConfig {
+        patience: Duration::from_secs(60),
+        ..CollectiveConfig::default()
+    };
+    let ring = Ring::new(4, "4MiB", cfg);
+    let e = ring_chunk_elems(1500, 4, 4) as u64;
+    // One layout for every call, whatever its count.
+    let at = |count, dtype, alu| Allreduce {
+        input_addr: INPUT,
+        output_addr: 1 << 20,
+        cells_addr: 3 << 20,
+        ..op(count, dtype, alu)
+    };
+    let agreed = at(5 * e + 3, Dtype::I32, Alu::Add);
+    let one_chunk = at(8, Dtype::I32, Alu::Add);
+    let cases = [
+        (
+            "a count one element longer",
+            1,
+            at(5 * e + 4, Dtype::I32, Alu::Add),
+            agreed,
+        ),
+        ("a count 35 chunks longer", 3, at(40 * e, Dtype::I32, Alu::Add), agreed),
+        (
+            "f32 where the others have i32",
+            0,
+            at(5 * e + 3, Dtype::F32, Alu::Add),
+            agreed,
+        ),
+        (
+            "max where the others add",
+            2,
+            at(5 * e + 3, Dtype::I32, Alu::Max),
+            agreed,
+        ),
+        ("min on one chunk", 2, at(8, Dtype::I32, Alu::Min), one_chunk),
+    ];
+    for (seed, (what, odd_rank, odd, agreed)) in cases.into_iter().enumerate() {
+        let ops: Vec<Allreduce> = (0..4).map(|r| if r == odd_rank { odd } else { agreed }).collect();
+        let ins: Vec<Vec<u8>> = ops
+            .iter()
+            .enumerate()
+            .map(|(r, o)| inputs(seed as u64, 4, o).swap_remove(r))
+            .collect();
+        for (rank, answer) in ring.allreduce_each(&ops, &ins).iter().enumerate() {
+            match answer {
+                Ok((report, _)) => panic!(
+                    "{what} (member {odd_rank}): member {rank} returned a result at generation {}",
+                    report.generation
+                ),
+                Err(e) => assert!(
+                    e.contains("not running the same call"),
+                    "{what} (member {odd_rank}): member {rank} failed otherwise: {e}"
+                ),
+            }
+        }
+        let next = [call(agreed, 50 + seed as u64, 4)];
+        exact(&next, &ring.run(&next, |_, _| Duration::ZERO));
+    }
+}
+
 /// Jumbo frames (MTU 9000, multi-buffer XDP on veth): chunks of 8.9 KB,
 /// held partials copied out of fragmented frames, bit-exact, f32 included,
 /// with one member contributing late so that partials are held.

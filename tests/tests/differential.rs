@@ -18,7 +18,7 @@ use std::{
 };
 
 use netdam_common::{
-    chain::{HopOp, Segment, SrFixed, MAX_SEGMENTS, SR_FIXED_LEN},
+    chain::{trailer_bytes, HopOp, Readiness, Segment, SrFixed, MAX_SEGMENTS, SR_FIXED_LEN},
     counters::{op_status, Event},
     frame::{udp_frame, Endpoint, Ipv4Opts},
     model::{self, Action, ModelNode},
@@ -45,13 +45,20 @@ const NEIGHBOURS: [(Ipv4Addr, [u8; 6]); 3] = [
 const UNRESOLVED: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 9);
 /// The readiness generation of the read-write region.
 const GENERATION: u32 = 5;
+/// The call word raised with GENERATION (version 2): what most version-2
+/// CHAIN frames carry in their trailer.
+const CALL: u32 = 0x5EED_CA11;
+/// The read-write region's readiness on all three.
+const READINESS: Readiness = Readiness::new(GENERATION, CALL);
 
 /// A CHAIN program for the header `h`: mostly well formed, naming this node
 /// at idx, with next hops that do and do not resolve, origins that are and
 /// are not answerable, tags around the generation; sometimes broken. Half
-/// are version 2 (docs/PROTOCOL.md, the version-2 section): a cell address
-/// after the segments, mostly aligned and in the read-write region, and
-/// tags one behind (STALE, as in version 1), one ahead (hold) and further.
+/// are version 2 (docs/PROTOCOL.md, the version-2 section): a trailer after
+/// the segments, its call word mostly the region's (else MISMATCH at the
+/// generation) and its cell address mostly aligned and in the read-write
+/// region, and tags one behind (STALE, as in version 1), one ahead (hold)
+/// and further.
 fn sr_program(rng: &mut Rng, h: &mut NetdamHdr) -> Vec<u8> {
     let v2 = rng.chance(50);
     if v2 {
@@ -102,9 +109,21 @@ fn sr_program(rng: &mut Rng, h: &mut NetdamHdr) -> Vec<u8> {
         b.extend_from_slice(&seg.to_bytes());
     }
     if v2 {
+        // The call word: mostly the region's; else one bit off, 0 (the word
+        // of a region raised without one), or anything.
+        let call = if rng.chance(85) {
+            CALL
+        } else {
+            match rng.below(3) {
+                0 => CALL ^ 1 << rng.below(32),
+                1 => 0,
+                _ => rng.next_u64() as u32,
+            }
+        };
         // The chunk's cell: near the read-write region's start and end (where
-        // 16 + len may not fit), in the read-only region, near a chunk
-        // boundary of memory; sometimes misaligned, now and then anywhere.
+        // 24 + len may not fit), in the read-only region, near a chunk
+        // boundary of memory; sometimes misaligned, now and then anywhere
+        // (32 bits).
         let anchors = [
             RW.base + 0x3000,
             RW.base + 0x3000,
@@ -112,14 +131,14 @@ fn sr_program(rng: &mut Rng, h: &mut NetdamHdr) -> Vec<u8> {
             RO.base,
             0x10000 - 256,
         ];
-        let mut cell = anchors[rng.below(anchors.len() as u64) as usize] + (rng.below(1024) & !7);
+        let mut cell = (anchors[rng.below(anchors.len() as u64) as usize] + (rng.below(1024) & !7)) as u32;
         if rng.chance(5) {
-            cell += 1 + rng.below(7);
+            cell += 1 + rng.below(7) as u32;
         }
         if rng.chance(2) {
-            cell = rng.next_u64();
+            cell = rng.next_u64() as u32;
         }
-        b.extend_from_slice(&cell.to_be_bytes());
+        b.extend_from_slice(&trailer_bytes(call, cell));
     }
     // Mostly the sr_len of the version; the other version's (with or without
     // the cell), too long, or not a multiple of 8 now and then (BAD_SR to the
@@ -309,7 +328,7 @@ fn generate(rng: &mut Rng) -> Vec<u8> {
 }
 
 /// Frames between comparisons of memory and counters (a 1 MiB compare and
-/// 256 map reads each: per frame they would cost more than the frame).
+/// 512 map reads each: per frame they would cost more than the frame).
 const CHECK_EVERY: u64 = 2_000;
 /// Time between progress lines.
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
@@ -628,12 +647,12 @@ struct Trio {
 impl Trio {
     fn new(s: &NodeSpec, fault: Option<Fault>) -> Trio {
         let mut node = load(s);
-        node.set_generation(RKEY_RW, GENERATION).unwrap();
+        node.set_readiness(RKEY_RW, READINESS).unwrap();
         node.bind_peer_macs(&NEIGHBOURS).unwrap();
         Trio {
             node,
             model: model_of(s),
-            engine: CEngine::new(s, &NEIGHBOURS, &[(RKEY_RW, GENERATION)]),
+            engine: CEngine::new(s, &NEIGHBOURS, &[(RKEY_RW, READINESS)]),
             counters: vec![0; netdam_common::counters::COUNTER_SLOTS as usize],
             fault,
         }
@@ -706,8 +725,8 @@ impl Trio {
     }
 }
 
-/// The reference model configured as `s`, with the generation and the
-/// peers' MACs the fuzzed node has.
+/// The reference model configured as `s`, with the readiness (generation
+/// and call word) and the peers' MACs the fuzzed node has.
 fn model_of(s: &NodeSpec) -> ModelNode {
     let mut model = ModelNode::new(
         s.mac,
@@ -721,7 +740,7 @@ fn model_of(s: &NodeSpec) -> ModelNode {
         s.window_sources as usize,
         s.window_per_source as usize,
     );
-    model.generations.insert(RKEY_RW, GENERATION);
+    model.generations.insert(RKEY_RW, READINESS);
     model.neighbours.extend(NEIGHBOURS);
     model
 }
@@ -730,7 +749,8 @@ fn model_of(s: &NodeSpec) -> ModelNode {
 /// configurations: no XDP program, so no privileges needed (it runs
 /// wherever the tests build). With the peer table the generator's
 /// version-2 CHAIN programs must have run hops (stamping `done`), held
-/// partials and met STALE (one generation behind is STALE in version 2 too).
+/// partials, met STALE (one generation behind is STALE in version 2 too)
+/// and MISMATCH (another call word at the generation).
 #[test]
 fn model_and_c_engine_agree_frame_by_frame() {
     let (frames, seed) = fuzz_budget();
@@ -738,7 +758,7 @@ fn model_and_c_engine_agree_frame_by_frame() {
     for (label, peers) in [("no peers", &[][..]), ("peer table", &peers[..])] {
         let s = node_spec(peers);
         let mut model = model_of(&s);
-        let mut engine = CEngine::new(&s, &NEIGHBOURS, &[(RKEY_RW, GENERATION)]);
+        let mut engine = CEngine::new(&s, &NEIGHBOURS, &[(RKEY_RW, READINESS)]);
         let mut counters = vec![0u64; netdam_common::counters::COUNTER_SLOTS as usize];
         let mut stream = Frames::new(seed);
         let (mut v2_ok, mut v2_stale) = (0u64, 0u64);
@@ -783,14 +803,16 @@ fn model_and_c_engine_agree_frame_by_frame() {
         }
         let stats = Stats::from_counters(&counters);
         let held = stats.requests("CHAIN", Status::Held);
+        let mismatch = stats.requests("CHAIN", Status::Mismatch);
         println!(
             "{label}: {frames} frames (seed {seed:#x}): model and C engine agree; version-2 CHAIN hops OK {v2_ok}, \
-             held {held}, STALE {v2_stale}"
+             held {held}, STALE {v2_stale}, MISMATCH {mismatch}"
         );
         if !peers.is_empty() {
             assert!(
-                v2_ok > frames / 1000 && held > 0 && v2_stale > 0,
-                "too few version-2 CHAIN hops ran ({v2_ok}), were held ({held}) or STALE ({v2_stale})"
+                v2_ok > frames / 1000 && held > 0 && v2_stale > 0 && mismatch > 0,
+                "too few version-2 CHAIN hops ran ({v2_ok}), were held ({held}), STALE ({v2_stale}) or MISMATCH \
+                 ({mismatch})"
             );
         }
     }

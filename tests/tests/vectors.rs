@@ -3,7 +3,10 @@
 
 use std::collections::HashMap;
 
-use netdam_common::vectors::{from_jsonl, unhex, NodeCfg};
+use netdam_common::{
+    chain::Readiness,
+    vectors::{from_jsonl, unhex, NodeCfg},
+};
 use netdam_tests::{progrun::*, runns::RunNetns, unique_prefix};
 use netdam_user::{afxdp::XskSocket, Node, NodeSpec};
 
@@ -41,7 +44,8 @@ fn every_vector_matches_the_xdp_program() {
             let mut node = load(&spec_of(&v.node));
             node.bind_peer_macs(&v.node.neighbours()).unwrap();
             for g in &v.node.generations {
-                node.set_generation(g.rkey, g.generation).unwrap();
+                node.set_readiness(g.rkey, Readiness::new(g.generation, g.call))
+                    .unwrap();
             }
             let ns = RunNetns::new(&unique_prefix(), v.node.mac_bytes(), v.node.ip);
             // A receiver: a real AF_XDP socket on queue 0 of nd0, the queue test runs arrive on.

@@ -6,11 +6,12 @@
 use aya_ebpf::{bindings::xdp_action, helpers::generated::bpf_xdp_store_bytes, programs::XdpContext};
 use netdam_common::{
     chain::{
-        cell, cell_addr_off, check_chain_preamble, check_hop, check_ready, check_sr_shape, hop_needs_window, CellAddr,
-        CheckedHop, HopOp, Me, Ready, Segment, SrFixed, SrShape, MAX_SEGMENTS, SEGMENT_LEN, SR_FIXED_LEN,
+        cell, check_chain_preamble, check_hop, check_ready, check_sr_shape, hop_needs_window, parse_trailer,
+        trailer_off, CellAddr, CheckedHop, HopOp, Me, Readiness, Ready, Segment, SrFixed, SrShape, MAX_SEGMENTS,
+        SEGMENT_LEN, SR_CELL_LEN, SR_FIXED_LEN,
     },
     config::{cfg_flags, PeerEntry},
-    counters::{op_status, Event},
+    counters::{op_status, Event, COUNTER_SLOTS},
     window::SourceKey,
     wire::{is_unanswerable_source, CARRIER_LEN, HDR_LEN, VERSION_2},
     NetdamHdr, NodeConfig, Opcode, Status,
@@ -138,12 +139,14 @@ fn try_prepare(
 }
 
 // The non-inlined functions return plain codes: an XDP action (< 0x100),
-// or a verdict with its event above that.
+// or a verdict with its event above that (events are counter indices, below
+// COUNTER_SLOTS, which the common crate asserts, so each base is that far
+// from the next).
 const DROP_BASE: u32 = 0x100;
-const PASS_COUNTED_BASE: u32 = 0x200;
-const PASS: u32 = 0x300;
+const PASS_COUNTED_BASE: u32 = DROP_BASE + COUNTER_SLOTS;
+const PASS: u32 = PASS_COUNTED_BASE + COUNTER_SLOTS;
 /// `prepare`: go on with the hop.
-const CONTINUE: u32 = 0x400;
+const CONTINUE: u32 = PASS + 1;
 const UNRESOLVED: u32 = DROP_BASE + Event::DropPeerUnresolved as u32;
 const TX_FAILED: u32 = DROP_BASE + Event::DropTxFailed as u32;
 
@@ -253,10 +256,13 @@ fn try_hop(
     };
     let named = times_named(ctx, sr_off, shape.n, me)?;
     let mut cell_addr = CellAddr::NONE;
+    let mut call = 0;
     if h.version == VERSION_2 {
-        let mut be = [0u8; 8];
-        load(ctx, sr_off + cell_addr_off(shape.n & 15) as u32, &mut be)?;
-        cell_addr = CellAddr::at(u64::from_be_bytes(be));
+        let mut be = [0u8; SR_CELL_LEN];
+        load(ctx, sr_off + trailer_off(shape.n & 15) as u32, &mut be)?;
+        let (c, a) = parse_trailer(be);
+        call = c;
+        cell_addr = CellAddr::at(a);
     }
     // SAFETY: lookups in hash maps of plain values.
     let region = unsafe { REGIONS.get(h.rkey()) };
@@ -273,12 +279,13 @@ fn try_hop(
         cfg.mtu,
         region,
     )?;
-    let ready = check_ready(h.version, checked.op, h.tag(), generation(h.rkey()))?;
+    let ready = check_ready(h.version, checked.op, h.tag(), call, readiness(h.rkey()))?;
     if let Ready::Hold = ready {
         let at = Early {
             cell: cell_addr.addr,
             idx: shape.idx,
             origin_port: sr.origin_port(),
+            call,
         };
         return match hold(ctx, req, &at) {
             HELD => Err(Status::Held.into()),
@@ -330,11 +337,12 @@ fn try_hop(
     }
 }
 
-/// The region's readiness generation (section 6), read afresh.
+/// The region's readiness generation (section 6) and call word (version
+/// 2), read afresh.
 #[inline(always)]
-fn generation(rkey: u32) -> u32 {
+fn readiness(rkey: u32) -> Readiness {
     // SAFETY: a lookup in a hash map of plain values.
-    unsafe { GENERATIONS.get(rkey) }.copied().unwrap_or(0)
+    unsafe { GENERATIONS.get(rkey) }.copied().unwrap_or_default()
 }
 
 /// Stores a u32 cell field at `addr` (4-aligned: cells are 8-aligned).
@@ -352,6 +360,7 @@ struct Early {
     cell: u64,
     idx: u8,
     origin_port: u16,
+    call: u32,
 }
 
 /// `hold`: the partial is held; the generation was raised meanwhile; the copy failed.
@@ -360,7 +369,7 @@ const RAISED: u32 = 1;
 const HOLD_FAILED: u32 = 2;
 
 /// Holds the packet's partial in its cell (PROTOCOL.md version 2): the
-/// payload, then seq, idx and origin port, then `held`, then a full barrier
+/// payload, then seq, idx and origin port, then the call word, then `held`, then a full barrier
 /// (an atomic add of 0 to the seq word), so that the second read of the
 /// generation comes after the marker, as the host's read of the cell comes
 /// after its raise. Not inlined: the copy's loop is verified once.
@@ -377,10 +386,15 @@ fn hold(ctx: &XdpContext, req: &Request, at: &Early) -> u32 {
     let word = h.seq() as u64 | (at.idx as u64) << 32 | (at.origin_port as u64) << 48;
     // SAFETY: an 8-aligned word of a map value: seq, idx, 0, origin port, little-endian.
     unsafe { core::ptr::write_volatile(seq_word, word) };
+    let Some(call_word) = memory::word(c + cell::HELD_CALL) else {
+        return HOLD_FAILED;
+    };
+    // SAFETY: as above: the call word, then 4 zero bytes.
+    unsafe { core::ptr::write_volatile(call_word, at.call as u64) };
     set_cell_u32(c + cell::HELD, h.tag());
     // SAFETY: as above; adding 0 changes nothing but orders.
     unsafe { fetch_add64(seq_word, 0) };
-    match generation(h.rkey()) == h.tag() {
+    match readiness(h.rkey()).generation == h.tag() {
         true => RAISED,
         false => HELD,
     }

@@ -122,6 +122,9 @@ pub fn status_hint(s: Status) -> &'static str {
         Status::TooLarge => " (the answer would not fit the MTU: lower --mtu or the length)",
         Status::Forbidden => " (the region does not permit this op: see its PERMS letters)",
         Status::Held => " (a version-2 CHAIN's partial waits at that member until it contributes)",
+        Status::Mismatch => {
+            " (that member contributed to another call: the members' count, dtype or op differ; or the frame's call word is wrong)"
+        }
     }
 }
 

@@ -44,7 +44,7 @@ use exchange::{exchange, Answerer, Pacing, Requests, Sent, SocketTx, Stopped};
 use inject::{Batch, Injector};
 use netdam_common::{
     alu::combine_into,
-    chain::{cell, ring_hop, ring_member, HopOp, MAX_RING},
+    chain::{cell, ring_call_word, ring_hop, ring_member, HopOp, Readiness, MAX_RING},
     wire::{Alu, Dtype},
     NetdamHdr, Opcode, Status,
 };
@@ -58,6 +58,15 @@ use crate::{
 
 /// Bytes of one member's slot in the sync area (a u64 generation).
 pub const SYNC_SLOT: u64 = 8;
+
+/// Offset in the sync area's raised cell (the slot after the members') of
+/// the failed word: the generation of the last call that failed at this
+/// member, written by the member itself before it moves on (so that no
+/// origin repairs a chunk from its output), or by another member that
+/// found the members' calls differ (so that a member with no chunk of its
+/// own stops waiting). The raise writes only the cell's low half, the
+/// generation (docs/collective.md).
+const FAILED_WORD: u64 = 4;
 
 /// Bytes of the sync area of a group of `members`.
 pub const fn sync_len(members: usize) -> u64 {
@@ -116,6 +125,12 @@ pub struct Allreduce {
 impl Allreduce {
     pub fn bytes(&self) -> u64 {
         self.count * self.dtype.width() as u64
+    }
+
+    /// The call word of this all-reduce (docs/PROTOCOL.md, version 2):
+    /// every member's must be equal, and every hop compares it.
+    pub fn call_word(&self) -> u32 {
+        ring_call_word(self.count, self.dtype, self.alu)
     }
 
     /// The first 8-aligned address past the output: where a layout with no
@@ -228,6 +243,23 @@ pub enum CollectiveError {
         originators: Vec<Ipv4Addr>,
         waited: Duration,
     },
+    #[error(
+        "all-reduce generation {generation}: the members are not running the same call: {found}; this member's is \
+         {count} x {dtype} {alu} (every member must pass the same count, dtype and op)"
+    )]
+    Mismatch {
+        generation: u32,
+        /// Who found the difference, and how.
+        found: String,
+        count: u64,
+        dtype: &'static str,
+        alu: &'static str,
+    },
+    #[error(
+        "all-reduce generation {generation}: {member} failed this call and moved on (its own error says why), \
+         so a chunk it answered STALE cannot be repaired from its output"
+    )]
+    PeerFailed { generation: u32, member: Ipv4Addr },
     #[error("the node: {0}")]
     Node(#[from] ControllerError),
     #[error("{0}: {1}")]
@@ -261,6 +293,7 @@ fn ring_request<'a>(
         cells_addr: op.cells_addr,
         dtype: op.dtype,
         alu: op.alu,
+        call: op.call_word(),
         generation,
         nop_hops,
     }
@@ -396,7 +429,9 @@ pub trait MemberNode {
     /// Copies `out.len()` bytes at `addr` out of the node's memory.
     fn read_into(&self, addr: u64, out: &mut [u8]) -> Result<(), ControllerError>;
     fn write(&self, addr: u64, data: &[u8]) -> Result<(), ControllerError>;
-    fn set_generation(&mut self, rkey: u32, generation: u32) -> Result<(), ControllerError>;
+    /// Raises region `rkey`'s generation with the call word of the call
+    /// this member contributes to (both at once).
+    fn set_readiness(&mut self, rkey: u32, now: Readiness) -> Result<(), ControllerError>;
     /// The node's injector, if it has one (an XDP node that pinned it).
     fn injector(&self) -> Option<Result<Injector, ControllerError>> {
         None
@@ -420,8 +455,8 @@ impl MemberNode for LocalNode {
     fn write(&self, addr: u64, data: &[u8]) -> Result<(), ControllerError> {
         self.memory().write(addr, data)
     }
-    fn set_generation(&mut self, rkey: u32, generation: u32) -> Result<(), ControllerError> {
-        LocalNode::set_generation(self, rkey, generation)
+    fn set_readiness(&mut self, rkey: u32, now: Readiness) -> Result<(), ControllerError> {
+        LocalNode::set_readiness(self, rkey, now)
     }
     fn injector(&self) -> Option<Result<Injector, ControllerError>> {
         Some(
@@ -549,32 +584,54 @@ impl<N: MemberNode> Collective<N> {
         let plan = self.plan(op)?;
         self.check_layout(op, &plan)?;
         let mut generation = self.next_generation()?;
+        match self.attempt(op, &plan, &mut generation) {
+            Ok(report) => {
+                self.finish(generation)?;
+                Ok(report)
+            }
+            Err(e) => {
+                self.give_up(generation);
+                Err(e)
+            }
+        }
+    }
+
+    /// `allreduce` from the raise to a complete output, at `generation` or
+    /// a later one it adopts.
+    fn attempt(&mut self, op: &Allreduce, plan: &RingPlan, generation: &mut u32) -> Result<Report, CollectiveError> {
         let started = Instant::now();
         let mine: Vec<u64> = plan.chunks_of(self.rank).collect();
         let mut continued = 0;
         let chunks = loop {
-            self.raise(op.rkey, generation)?;
+            self.raise(op, *generation)?;
             if !self.cfg.nop_hops {
-                continued += self.continue_held(op, &plan, generation)?;
+                continued += self.continue_held(op, plan, *generation)?;
             }
-            match self.run_chunks(op, &plan, &mine, generation) {
+            match self.run_chunks(op, plan, &mine, *generation) {
+                Err(CollectiveError::Refused {
+                    member,
+                    status: Status::Mismatch,
+                    ..
+                }) => {
+                    return Err(self.mismatch(op, *generation, format!("{member} contributed to another call")));
+                }
                 Err(CollectiveError::Stale { member, .. }) => {
                     // At least one past ours: the group climbs even if the cell lags the generation.
-                    let theirs = self.raised_at(member, op.rkey, generation)?.max(generation + 1);
+                    let (raised, _) = self.raised_at(member, op.rkey, *generation)?;
+                    let theirs = raised.max(*generation + 1);
                     log::info!(
                         "{member} is at generation {theirs}, ahead of {generation} after an earlier failed run: adopting it"
                     );
-                    generation = theirs;
+                    *generation = theirs;
                 }
                 other => break other?,
             }
         };
         if !self.cfg.nop_hops {
-            self.wait_complete(op, &plan, generation)?;
+            self.wait_complete(op, plan, *generation)?;
         }
-        self.finish(generation)?;
         Ok(Report {
-            generation,
+            generation: *generation,
             chunks: plan.chunks(),
             own_chunks: mine.len() as u64,
             sent: chunks.requests,
@@ -588,12 +645,29 @@ impl<N: MemberNode> Collective<N> {
         })
     }
 
-    /// Raises this member's generation of `rkey`, and publishes it in the sync area's cell.
-    fn raise(&mut self, rkey: u32, generation: u32) -> Result<(), CollectiveError> {
-        let (sync, _) = self.sync_range();
-        let cell = sync + SYNC_SLOT * self.group.members.len() as u64;
-        self.node.write(cell, &(generation as u64).to_le_bytes())?;
-        self.node.set_generation(rkey, generation)?;
+    /// After a failed call at `generation`: marks it failed in the raised
+    /// cell (no origin repairs a chunk from this member's output), then
+    /// records it finished, so that the next call runs at the next
+    /// generation and never meets this one's `done` stamps. Best effort:
+    /// the call's own error is what the caller hears.
+    fn give_up(&self, generation: u32) {
+        let marked = self
+            .node
+            .write(self.raised_cell() + FAILED_WORD, &generation.to_le_bytes())
+            .map_err(CollectiveError::from)
+            .and_then(|()| self.finish(generation));
+        if let Err(e) = marked {
+            log::warn!("recording generation {generation} as failed: {e}");
+        }
+    }
+
+    /// Raises this member's generation of `op.rkey` with `op`'s call word,
+    /// and publishes the generation in the sync area's raised cell (its low
+    /// half: the high half is the mismatch word).
+    fn raise(&mut self, op: &Allreduce, generation: u32) -> Result<(), CollectiveError> {
+        self.node.write(self.raised_cell(), &generation.to_le_bytes())?;
+        self.node
+            .set_readiness(op.rkey, Readiness::new(generation, op.call_word()))?;
         // The raise before the cells are read (PROTOCOL.md version 2): a
         // partial the node held before it is seen by `continue_held`; one
         // held after it is answered NOT_READY and resent by its origin.
@@ -620,6 +694,16 @@ impl<N: MemberNode> Collective<N> {
                 |off: u64| u32::from_le_bytes(head[off as usize..off as usize + 4].try_into().expect("4 bytes"));
             if field(cell::HELD) != generation {
                 continue;
+            }
+            if field(cell::HELD_CALL) != req.call {
+                // Not continued: the origin's resend (it waits one timeout
+                // after HELD) meets the raised call and is answered MISMATCH.
+                let origin = self.group.members[(k % n as u64) as usize];
+                return Err(self.mismatch(
+                    op,
+                    generation,
+                    format!("a partial {origin} sent belongs to another call"),
+                ));
             }
             let (seq, idx) = (field(cell::HELD_SEQ), head[cell::HELD_IDX as usize] as usize);
             let port = u16::from_le_bytes([head[cell::HELD_PORT as usize], head[cell::HELD_PORT as usize + 1]]);
@@ -681,6 +765,11 @@ impl<N: MemberNode> Collective<N> {
                 return Ok(());
             }
             let now = Instant::now();
+            let mut failed = [0u8; 4];
+            self.node.read_into(self.raised_cell() + FAILED_WORD, &mut failed)?;
+            if u32::from_le_bytes(failed) == generation {
+                return Err(self.mismatch(op, generation, "another member found that the calls differ".into()));
+            }
             if now > deadline {
                 let missing: Vec<u64> = (next..chunks)
                     .filter(|k| {
@@ -727,19 +816,49 @@ impl<N: MemberNode> Collective<N> {
         Ok(self.node.write(sync, &slots)?)
     }
 
-    /// The generation `member` has raised, READ from its sync area's cell.
-    fn raised_at(&self, member: Ipv4Addr, rkey: u32, generation: u32) -> Result<u32, CollectiveError> {
+    /// The generation `member` has raised and the last one that failed
+    /// there, READ from its sync area's raised cell.
+    fn raised_at(&self, member: Ipv4Addr, rkey: u32, generation: u32) -> Result<(u32, u32), CollectiveError> {
+        let raised = self.read_at(member, rkey, self.raised_cell(), 8, generation, "the raised generation")?;
+        let word = |at: usize| u32::from_le_bytes(raised[at..at + 4].try_into().expect("4 bytes"));
+        Ok((word(0), word(FAILED_WORD as usize)))
+    }
+
+    /// The sync area's raised cell: the raised generation (u32), then the failed word.
+    fn raised_cell(&self) -> u64 {
         let (sync, _) = self.sync_range();
-        let cell = sync + SYNC_SLOT * self.group.members.len() as u64;
-        let raised = self.read_at(
-            member,
-            rkey,
-            cell,
-            SYNC_SLOT as usize,
+        sync + SYNC_SLOT * self.group.members.len() as u64
+    }
+
+    /// The error of a call whose members' calls differ (`found`: who found
+    /// it, how), after telling every other member through its mismatch word
+    /// (one WRITE each, not waited for: a member that misses it still fails,
+    /// on its own chunks or at its patience).
+    fn mismatch(&self, op: &Allreduce, generation: u32, found: String) -> CollectiveError {
+        let port = self.group.port;
+        let mut h = NetdamHdr::request(Opcode::Write);
+        h.set_rkey(op.rkey);
+        h.set_addr(self.raised_cell() + FAILED_WORD);
+        h.set_len(4);
+        h.set_tag(generation);
+        let mut frame = h.to_bytes().to_vec();
+        frame.extend_from_slice(&generation.to_le_bytes());
+        for (i, member) in self.group.members.iter().enumerate() {
+            if i == self.rank {
+                continue;
+            }
+            if let Err(e) = self.sock.send_to(&frame, SocketAddrV4::new(*member, port)) {
+                log::debug!("telling {member} of the mismatch: {e}");
+            }
+        }
+        log::warn!("all-reduce generation {generation}: {found}");
+        CollectiveError::Mismatch {
             generation,
-            "the raised generation",
-        )?;
-        Ok(u64::from_le_bytes(raised.try_into().expect("8 bytes")) as u32)
+            found,
+            count: op.count,
+            dtype: op.dtype.name(),
+            alu: op.alu.name(),
+        }
     }
 
     /// `len` bytes at `addr` of `member`'s memory (region `rkey`), READ
@@ -1040,7 +1159,12 @@ impl<N: MemberNode> Collective<N> {
             let rank = ring_member(self.rank, idx as usize, n);
             let member = self.group.members[rank];
             // The cell is raised before the generation: at least what the node has.
-            if self.raised_at(member, op.rkey, generation)? != generation + 1 {
+            let (raised, failed) = self.raised_at(member, op.rkey, generation)?;
+            if failed == generation {
+                // Its output is not this call's result.
+                return Err(CollectiveError::PeerFailed { generation, member });
+            }
+            if raised != generation + 1 {
                 return Err(CollectiveError::Stale { generation, member });
             }
             let last = (0..segments)

@@ -5,7 +5,9 @@
 use std::net::Ipv4Addr;
 
 use netdam_common::{
-    chain::{ring_cell_stride, ring_chunk_elems, ring_hop, ring_member, ring_sr_len, HopOp, Segment, SrFixed},
+    chain::{
+        ring_cell_stride, ring_chunk_elems, ring_hop, ring_member, ring_sr_len, trailer_bytes, HopOp, Segment, SrFixed,
+    },
     wire::{Alu, Dtype, VERSION_2},
     NetdamHdr, Opcode,
 };
@@ -79,6 +81,8 @@ pub struct RingRequest<'a> {
     pub cells_addr: u64,
     pub dtype: Dtype,
     pub alu: Alu,
+    /// The call word every hop compares (docs/PROTOCOL.md, version 2).
+    pub call: u32,
     pub generation: u32,
     /// Every hop a NOP instead of the ring's ops (`CollectiveConfig::nop_hops`).
     pub nop_hops: bool,
@@ -132,7 +136,8 @@ impl RingRequest<'_> {
             let op = if self.nop_hops { HopOp::Nop } else { ring_hop(i, n) };
             buf.extend_from_slice(&Segment::new(u32::from(member), self.port, op).to_bytes());
         }
-        buf.extend_from_slice(&(self.cells_addr + k * plan.cell_stride).to_be_bytes());
+        let cell = (self.cells_addr + k * plan.cell_stride) as u32;
+        buf.extend_from_slice(&trailer_bytes(self.call, cell));
         self.group[ring_member(originator, idx, n)]
     }
 }
@@ -148,7 +153,7 @@ mod tests {
         assert_eq!(p.chunk_elems, 342);
         assert_eq!(p.chunks(), 3);
         assert_eq!(p.span(2), (684 * 4, (1000 - 684) * 4));
-        assert_eq!((p.cell_stride, p.cells_len()), (16 + 1368, 3 * 1384));
+        assert_eq!((p.cell_stride, p.cells_len()), (24 + 1368, 3 * 1392));
         // The same stride for every dtype of the group.
         assert_eq!(
             RingPlan::new(4, Dtype::U64, 1, 1500).unwrap().cell_stride,
@@ -174,6 +179,7 @@ mod tests {
             cells_addr: 0x20000,
             dtype: Dtype::F32,
             alu: Alu::Add,
+            call: 0xC0FF_EE01,
             generation: 5,
             nop_hops: false,
         };
@@ -210,8 +216,9 @@ mod tests {
                 (3, Write as u8)
             ]
         );
-        // The trailer: chunk 1's cell.
-        assert_eq!(buf[80..88], (0x20000 + plan.cell_stride).to_be_bytes());
+        // The trailer: the call word, then chunk 1's cell.
+        assert_eq!(buf[80..84], 0xC0FF_EE01u32.to_be_bytes());
+        assert_eq!(buf[84..88], (0x20000 + plan.cell_stride as u32).to_be_bytes());
         assert_eq!(buf.len(), 32 + 56);
         // The packet as member 2's node forwards it, which its host sends when it continues a held partial.
         let mut at1 = Vec::new();

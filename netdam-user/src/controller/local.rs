@@ -6,7 +6,7 @@
 use std::{net::Ipv4Addr, path::Path};
 
 use aya::maps::{Array, HashMap as BpfHashMap, Map, MapData};
-use netdam_common::NodeConfig;
+use netdam_common::{chain::Readiness, NodeConfig};
 
 use super::{ControllerError, NetdamMemory, MAP_CONFIG, MAP_GENERATIONS, MAP_MEM};
 
@@ -14,7 +14,7 @@ pub struct LocalNode {
     pub config: NodeConfig,
     dir: std::path::PathBuf,
     memory: NetdamMemory,
-    generations: BpfHashMap<MapData, u32, u32>,
+    generations: BpfHashMap<MapData, u32, Readiness>,
 }
 
 pub(super) fn open_pin(dir: &Path, name: &'static str) -> Result<MapData, ControllerError> {
@@ -84,31 +84,42 @@ impl LocalNode {
     }
 
     pub fn generation(&self, rkey: u32) -> Result<u32, ControllerError> {
-        get_generation(&self.generations, rkey)
+        Ok(self.readiness(rkey)?.generation)
     }
 
+    /// Sets region `rkey`'s generation with call word 0.
     pub fn set_generation(&mut self, rkey: u32, generation: u32) -> Result<(), ControllerError> {
-        set_generation(&mut self.generations, rkey, generation)
+        self.set_readiness(rkey, Readiness::new(generation, 0))
+    }
+
+    pub fn readiness(&self, rkey: u32) -> Result<Readiness, ControllerError> {
+        get_readiness(&self.generations, rkey)
+    }
+
+    pub fn set_readiness(&mut self, rkey: u32, now: Readiness) -> Result<(), ControllerError> {
+        set_readiness(&mut self.generations, rkey, now)
     }
 }
 
-/// The generation of region `rkey` (absent: 0, section 6).
-pub(super) fn get_generation<T: std::borrow::Borrow<MapData>>(
-    m: &BpfHashMap<T, u32, u32>,
+/// The readiness (generation and call word) of region `rkey` (absent: 0, section 6).
+pub(super) fn get_readiness<T: std::borrow::Borrow<MapData>>(
+    m: &BpfHashMap<T, u32, Readiness>,
     rkey: u32,
-) -> Result<u32, ControllerError> {
+) -> Result<Readiness, ControllerError> {
     match m.get(&rkey, 0) {
-        Ok(g) => Ok(g),
-        Err(aya::maps::MapError::KeyNotFound) => Ok(0),
+        Ok(r) => Ok(r),
+        Err(aya::maps::MapError::KeyNotFound) => Ok(Readiness::default()),
         Err(e) => Err(ControllerError::Map(MAP_GENERATIONS, e)),
     }
 }
 
-pub(super) fn set_generation<T: std::borrow::BorrowMut<MapData>>(
-    m: &mut BpfHashMap<T, u32, u32>,
+/// Sets region `rkey`'s generation and call word together (one map
+/// element, so the data path never sees one without the other).
+pub(super) fn set_readiness<T: std::borrow::BorrowMut<MapData>>(
+    m: &mut BpfHashMap<T, u32, Readiness>,
     rkey: u32,
-    generation: u32,
+    now: Readiness,
 ) -> Result<(), ControllerError> {
-    m.insert(rkey, generation, 0)
+    m.insert(rkey, now, 0)
         .map_err(|e| ControllerError::Map(MAP_GENERATIONS, e))
 }

@@ -26,6 +26,7 @@ use aya::{
 pub use local::LocalNode;
 pub use memory::NetdamMemory;
 use netdam_common::{
+    chain::Readiness,
     config::{cfg_flags, PeerEntry, MEM_CHUNK, MEM_MAX, REGION_SLOTS},
     counters::COUNTER_SLOTS,
     split::SplitRing,
@@ -546,17 +547,28 @@ impl Node {
 
     /// The readiness generation of region `rkey` (section 6).
     pub fn generation(&self, rkey: u32) -> Result<u32, ControllerError> {
-        let m: BpfHashMap<_, u32, u32> = BpfHashMap::try_from(self.ebpf.map(MAP_GENERATIONS).expect("generations map"))
-            .map_err(|e| ControllerError::Map(MAP_GENERATIONS, e))?;
-        local::get_generation(&m, rkey)
+        Ok(self.readiness(rkey)?.generation)
     }
 
-    /// Raises (or sets) the readiness generation of region `rkey`.
+    /// Raises (or sets) the readiness generation of region `rkey`, with call word 0.
     pub fn set_generation(&mut self, rkey: u32, generation: u32) -> Result<(), ControllerError> {
-        let mut m: BpfHashMap<_, u32, u32> =
+        self.set_readiness(rkey, Readiness::new(generation, 0))
+    }
+
+    /// The readiness generation and call word of region `rkey` (section 6, version 2).
+    pub fn readiness(&self, rkey: u32) -> Result<Readiness, ControllerError> {
+        let m: BpfHashMap<_, u32, Readiness> =
+            BpfHashMap::try_from(self.ebpf.map(MAP_GENERATIONS).expect("generations map"))
+                .map_err(|e| ControllerError::Map(MAP_GENERATIONS, e))?;
+        local::get_readiness(&m, rkey)
+    }
+
+    /// Sets the readiness generation and call word of region `rkey` together.
+    pub fn set_readiness(&mut self, rkey: u32, now: Readiness) -> Result<(), ControllerError> {
+        let mut m: BpfHashMap<_, u32, Readiness> =
             BpfHashMap::try_from(self.ebpf.map_mut(MAP_GENERATIONS).expect("generations map"))
                 .map_err(|e| ControllerError::Map(MAP_GENERATIONS, e))?;
-        local::set_generation(&mut m, rkey, generation)
+        local::set_readiness(&mut m, rkey, now)
     }
 
     /// Enters an AF_XDP socket as the receiver of queue `queue` (what
