@@ -1,14 +1,16 @@
 /* collectives.c: MPI_Allreduce, MPI_Reduce_scatter_block and MPI_Allgather
  * through NetDAM's ring when every rank can, PMPI_* otherwise.
  *
- * On a communicator with a group, every call first agrees (one small
+ * On a communicator with a group, a call that NetDAM can take goes straight
+ * to the ring: its count, type and operator travel in every chunk (the call
+ * word of docs/PROTOCOL.md, version 2), and ranks whose calls differ all
+ * fail with the ring's MISMATCH. Only then do the ranks agree (one small
  * PMPI_Allreduce, MPI_MAX over {count, -count, type, -type, op, -op,
- * eligible, -eligible}): ranks whose counts, types or operators differ all
- * get MPI_ERR_COUNT, MPI_ERR_TYPE or MPI_ERR_OP through the communicator's
- * error handler, instead of a ring that would wait for chunks that never
- * come or reduce against the wrong bytes; the call runs on NetDAM only if
- * it is eligible on every rank, else on PMPI everywhere.
- * NETDAM_MPI_TRUST_ARGS=1 on every rank skips the agreement (docs/mpi.md). */
+ * eligible, -eligible}) to tell which differs: MPI_ERR_COUNT, MPI_ERR_TYPE
+ * or MPI_ERR_OP through the communicator's error handler on every rank.
+ * NETDAM_MPI_CHECK_ARGS=1 on any rank agrees before every call instead, as
+ * a program needs whose ranks may pass a type or operator that NetDAM has
+ * on some ranks only (docs/mpi.md). */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,10 +78,6 @@ struct call {
  * class of arguments that differ between ranks. */
 static int agree(MPI_Comm comm, const struct call *c, int *use) {
     int64_t eligible = c->why == ELIGIBLE;
-    if (nd_world.trust_args) {
-        *use = (int)eligible;
-        return MPI_SUCCESS;
-    }
     int64_t v[8] = {c->count, -c->count, c->dtype, -c->dtype, c->op, -c->op, eligible, -eligible};
     int rc = PMPI_Allreduce(MPI_IN_PLACE, v, 8, MPI_INT64_T, MPI_MAX, comm);
     if (rc != MPI_SUCCESS) return rc;
@@ -97,7 +95,15 @@ static int fail(MPI_Comm comm, int err) {
     return err;
 }
 
-static int netdam_failed(MPI_Comm comm) {
+/* A NetDAM call of c that failed. When the ring found that the ranks' calls
+ * differ (MISMATCH: every rank of the call fails so), the ranks agree to
+ * tell which argument; otherwise MPI_ERR_OTHER with the library's reason. */
+static int netdam_failed(MPI_Comm comm, const struct call *c) {
+    if (netdam_last_wire_status() == NETDAM_WIRE_MISMATCH) {
+        int use = 0;
+        int err = agree(comm, c, &use);
+        if (err == MPI_ERR_COUNT || err == MPI_ERR_TYPE || err == MPI_ERR_OP) return fail(comm, err);
+    }
     static int warned;
     nd_warn_once(&warned, "a NetDAM all-reduce failed (MPI_ERR_OTHER returned; later failures are not printed): %s",
                  netdam_last_error());
@@ -105,9 +111,17 @@ static int netdam_failed(MPI_Comm comm) {
 }
 
 /* Decides a call of comm: 1 to run it on NetDAM, 0 on PMPI (counted), or
- * an MPI error already through the error handler (*err). */
+ * an MPI error already through the error handler (*err). Without
+ * check_args a rank decides alone: ranks with the same arguments decide
+ * the same, and the ring catches the ones that differ. */
 static int decide(MPI_Comm comm, const struct call *c, int *err) {
     int use = 0;
+    if (!nd_world.check_args) {
+        *err = MPI_SUCCESS;
+        use = c->why == ELIGIBLE;
+        if (!use) nd_count_fallback(c->why);
+        return use;
+    }
     *err = agree(comm, c, &use);
     if (*err != MPI_SUCCESS) {
         if (*err == MPI_ERR_COUNT || *err == MPI_ERR_TYPE || *err == MPI_ERR_OP) fail(comm, *err);
@@ -141,7 +155,7 @@ int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype da
         return err != MPI_SUCCESS ? err : PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
     if (netdam_allreduce(s->group, sendbuf == MPI_IN_PLACE ? NULL : sendbuf, recvbuf, (uint64_t)count, t, nop) !=
         NETDAM_OK)
-        return netdam_failed(comm);
+        return netdam_failed(comm, &c);
     nd_count_offloaded(COLL_ALLREDUCE);
     return MPI_SUCCESS;
 }
@@ -176,7 +190,7 @@ int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount, 
     int rc = netdam_allreduce(s->group, in_place ? NULL : sendbuf, out, (uint64_t)total, t, nop);
     if (rc == NETDAM_OK) memmove(recvbuf, out + (uint64_t)s->rank * block, block);
     free(whole);
-    if (rc != NETDAM_OK) return netdam_failed(comm);
+    if (rc != NETDAM_OK) return netdam_failed(comm, &c);
     nd_count_offloaded(COLL_REDUCE_SCATTER_BLOCK);
     return MPI_SUCCESS;
 }
@@ -223,7 +237,7 @@ int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, voi
     uint64_t word = block % 8 == 0 ? 8 : 4;
     if (netdam_allreduce(s->group, NULL, all, block * (uint64_t)s->size / word, word == 8 ? NETDAM_U64 : NETDAM_U32,
                          NETDAM_BOR) != NETDAM_OK)
-        return netdam_failed(comm);
+        return netdam_failed(comm, &c);
     nd_count_offloaded(COLL_ALLGATHER);
     return MPI_SUCCESS;
 }

@@ -17,7 +17,7 @@ struct world nd_world = {.reason = FB_OFF};
 
 /* What each rank tells the others at MPI_Init (u64 each). */
 enum { I_IPV4, I_PORT, I_RKEY, I_SCRATCH_ADDR, I_SCRATCH_LEN, I_MIN_BYTES, I_MTU, I_FLAGS, I_LEN };
-enum { FLAG_TRUST_ARGS = 1, FLAG_THREAD_MULTIPLE = 2 };
+enum { FLAG_CHECK_ARGS = 1, FLAG_THREAD_MULTIPLE = 2 };
 
 static const char *const FALLBACK_NAMES[FB_COUNT_] = {
     [FB_OFF] = "off",       [FB_NO_NODE] = "no-node", [FB_SHARED_NODE] = "shared-node",
@@ -153,7 +153,7 @@ static void world_setup(void) {
     memset(&s, 0, sizeof s);
     uint64_t mine[I_LEN] = {0};
     open_node(&s, mine);
-    mine[I_FLAGS] = (env_flag("NETDAM_MPI_TRUST_ARGS") ? FLAG_TRUST_ARGS : 0) |
+    mine[I_FLAGS] = (env_flag("NETDAM_MPI_CHECK_ARGS") ? FLAG_CHECK_ARGS : 0) |
                     (provided == MPI_THREAD_MULTIPLE ? FLAG_THREAD_MULTIPLE : 0);
     int n = nd_world.size;
     uint64_t *all = calloc((size_t)n * I_LEN, sizeof *all);
@@ -169,7 +169,7 @@ static void world_setup(void) {
         memset(all, 0, (size_t)n * I_LEN * sizeof *all);
     }
     nd_world.min_bytes = 0;
-    nd_world.trust_args = 1;
+    nd_world.check_args = 0;
     nd_world.group = s.group;
     nd_world.group.mtu = 0;
     for (int r = 0; r < n; r++) {
@@ -179,7 +179,7 @@ static void world_setup(void) {
         if (in[I_MIN_BYTES] > nd_world.min_bytes) nd_world.min_bytes = in[I_MIN_BYTES];
         if (in[I_IPV4] && (nd_world.group.mtu == 0 || in[I_MTU] < nd_world.group.mtu))
             nd_world.group.mtu = (uint32_t)in[I_MTU];
-        nd_world.trust_args &= (in[I_FLAGS] & FLAG_TRUST_ARGS) != 0;
+        nd_world.check_args |= (in[I_FLAGS] & FLAG_CHECK_ARGS) != 0;
         nd_world.thread_multiple |= (in[I_FLAGS] & FLAG_THREAD_MULTIPLE) != 0;
     }
     char why[160] = "no rank has a NetDAM node";
@@ -204,7 +204,7 @@ static void world_setup(void) {
     if (nd_world.verbose && nd_world.rank == 0) {
         if ((int)nd_world.reason == -1)
             nd_warn("NetDAM for MPI_COMM_WORLD's %d ranks (MTU %u, min_bytes %llu%s)", n, nd_world.group.mtu,
-                    (unsigned long long)nd_world.min_bytes, nd_world.trust_args ? ", arguments trusted" : "");
+                    (unsigned long long)nd_world.min_bytes, nd_world.check_args ? ", arguments agreed before every call" : "");
         else
             nd_warn("every call goes to MPI: %s", why);
     }

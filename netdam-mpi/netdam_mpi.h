@@ -49,7 +49,7 @@ struct world {
     uint32_t *nodes;      /* each world rank's node IPv4 (host order), 0 for none */
     netdam_group_config group; /* the same at every rank, with the lowest MTU of all */
     uint64_t min_bytes;   /* the highest of every rank's */
-    int trust_args;       /* every rank set NETDAM_MPI_TRUST_ARGS=1: no per-call agreement */
+    int check_args;       /* some rank set NETDAM_MPI_CHECK_ARGS=1: the ranks agree before every call */
     int thread_multiple;  /* some rank runs MPI_THREAD_MULTIPLE */
     int verbose;          /* NETDAM_MPI_VERBOSE=1 */
 };

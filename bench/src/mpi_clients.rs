@@ -65,7 +65,7 @@ pub struct Args {
     #[arg(long)]
     lib: Option<PathBuf>,
     /// Another setting of the library for every rank, NAME=VALUE (repeatable),
-    /// e.g. NETDAM_MPI_TRUST_ARGS=1 or NETDAM_MIN_BYTES=4096 (docs/mpi.md).
+    /// e.g. NETDAM_MPI_CHECK_ARGS=1 or NETDAM_MIN_BYTES=4096 (docs/mpi.md).
     #[arg(long = "lib-env", value_parser = parse_setting)]
     lib_env: Vec<(String, String)>,
     /// Where MPICH's source package is kept (downloaded once through apt).

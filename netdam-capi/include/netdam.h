@@ -82,6 +82,10 @@ typedef struct netdam_group netdam_group;
 const char *netdam_last_error(void);
 /* The wire status of the last NETDAM_ERR_REFUSED on this thread, else 0. */
 int netdam_last_wire_status(void);
+/* The wire status of an all-reduce whose members passed different counts,
+ * dtypes or ops (docs/PROTOCOL.md, version 2): every member's call fails
+ * NETDAM_ERR_REFUSED with it. */
+#define NETDAM_WIRE_MISMATCH 16
 /* A static description of a netdam_status. */
 const char *netdam_strerror(int status);
 /* The library's version, e.g. "0.1.0". */

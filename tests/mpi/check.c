@@ -9,7 +9,7 @@
  *   check mismatch          ranks' counts, types and operators that differ
  *                           (MPI_ERRORS_RETURN): one line per rank and case
  *   check stall             the last rank skips an all-reduce the others run
- *                           (with NETDAM_MPI_TRUST_ARGS=1): what they get
+ *                           (no agreement before it): what they get
  *   check time COUNT ITERS  rank 0 prints the median, 10th and 90th
  *                           percentile of ITERS MPI_Allreduce of COUNT ints
  *                           (us; how docs/mpi.md measured the agreement)
