@@ -46,6 +46,11 @@ pub struct Args {
     /// and mpicxx and runs Allreduce.
     #[arg(long)]
     imb_src: Option<PathBuf>,
+    /// Reduce MPI_INT instead of the benchmark's MPI_FLOAT (IMB's
+    /// -red_data_type int, OSU 7's -T mpi_int): the type `bench allreduce`
+    /// runs, so that the library's figures compare with its ring's.
+    #[arg(long)]
+    int: bool,
     /// Ranks, one per testbed node.
     #[arg(long, default_value_t = 4)]
     nodes: usize,
@@ -139,7 +144,10 @@ pub fn run(a: Args) -> Result<()> {
     let build_dir = a.out.join("mpi-build");
     let programs: Vec<Program> = sources
         .iter()
-        .map(|s| Program::build(s, &build_dir).with_context(|| format!("building {s}")))
+        .map(|s| {
+            let p = Program::build(s, &build_dir).with_context(|| format!("building {s}"))?;
+            Ok(if a.int { p.reducing_int()? } else { p })
+        })
         .collect::<Result<_>>()?;
     let mem = (2 * a.max_bytes + (1 << 20)).max(4 << 20).next_multiple_of(64 << 10);
     let tb = Testbed::up_on(PREFIX, a.nodes, a.mtu, Fabric::Xdp)?;

@@ -35,6 +35,10 @@ pub enum BenchmarkError {
          bench builds in its own directory and leaves the source as it is)"
     )]
     ConfiguredInPlace(PathBuf),
+    #[error(
+        "{0} reduces only its own type: int reductions need IMB-MPI1 (-red_data_type) or OSU 7 (-T); leave out --int"
+    )]
+    NoIntType(String),
     #[error("no {what} in the benchmark's output:\n{output}")]
     Output { what: &'static str, output: String },
     #[error(transparent)]
@@ -96,6 +100,18 @@ impl Program {
                 })
             }
         }
+    }
+
+    /// The same benchmark reducing MPI_INT instead of its own type (so that
+    /// its figures compare with `bench allreduce`'s int32 ring).
+    pub fn reducing_int(mut self) -> Result<Program, BenchmarkError> {
+        self.extra_args = match &self.source {
+            Source::Imb(_) => vec!["-red_data_type".into(), "int".into()],
+            Source::Osu(_) if !self.extra_args.is_empty() => vec!["-T".into(), "mpi_int".into()],
+            other => return Err(BenchmarkError::NoIntType(other.to_string())),
+        };
+        self.datatype = "MPI_INT";
+        Ok(self)
     }
 
     /// Its arguments for a sweep from `min` to `max` bytes (powers of two)

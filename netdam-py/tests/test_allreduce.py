@@ -119,3 +119,33 @@ def test_the_check_tells_the_ring_order_from_another():
     from_zero = (inputs[0] + inputs[1]) + inputs[2]
     assert not np.array_equal(ring, from_zero)
     assert np.array_equal(ring[:e], from_zero[:e]), "chunk 0 starts at member 0"
+
+
+def disagreeing_member(pin_dir, rank, dtype, op, count):
+    """One member's all-reduce of its own count, dtype and op: the status
+    it was refused with, or what it returned."""
+    node = netdam.Node(pin_dir)
+    g = netdam.Group(node, MEMBERS, RKEY, SCRATCH_ADDR, SCRATCH_LEN)
+    send = member_input(rank, dtype, op, count)
+    try:
+        g.allreduce(send, op=op)
+    except netdam.RefusedError as e:
+        return e.status
+    return "returned a result"
+
+
+def test_members_that_pass_different_sizes_dtypes_or_ops_all_get_mismatch(testbed):
+    # The ring's call word (docs/PROTOCOL.md, version 2) finds the
+    # difference on every member, then the group's next call is exact.
+    for calls in [
+        [("int32", "sum", 1000), ("int32", "sum", 1000), ("int32", "sum", 1001)],
+        [("int32", "sum", 1000), ("float32", "sum", 1000), ("int32", "sum", 1000)],
+        [("int32", "max", 10), ("int32", "sum", 10), ("int32", "sum", 10)],
+    ]:
+        running = [
+            testbed.start(i, disagreeing_member, h.pin_dir, i, *calls[i]) for i, h in enumerate(testbed.hosts)
+        ]
+        statuses = [r.result(timeout=120) for r in running]
+        assert statuses == ["MISMATCH"] * NODES, f"{calls}: {statuses}"
+        agreed = [("int32", "sum", 1000, True)]
+        check(run_group(testbed, agreed), agreed)
