@@ -13,7 +13,7 @@
 /* Timed calls per size: more for small sizes, at least 3 (as the NetDAM side). */
 static int iters_for(long bytes) {
     long n = (16L << 20) / bytes;
-    return n < 3 ? 3 : (n > 20 ? 20 : (int)n);
+    return n < 3 ? 3 : (n > 200 ? 200 : (int)n);
 }
 
 /* Busy ns of all CPUs so far: every /proc/stat field but idle and iowait. */

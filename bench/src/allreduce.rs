@@ -86,7 +86,7 @@ pub struct Args {
 
 /// Timed all-reduces per size, as bench/mpi/allreduce.c counts them.
 fn iters_for(bytes: u64) -> u32 {
-    ((16u64 << 20) / bytes).clamp(3, 20) as u32
+    ((16u64 << 20) / bytes).clamp(3, 200) as u32
 }
 
 #[derive(Serialize)]
