@@ -45,7 +45,7 @@ use inject::{Batch, Injector};
 use netdam_common::{
     alu::combine_into,
     chain::{cell, ring_call_word, ring_hop, ring_member, HopOp, Readiness, MAX_RING},
-    wire::{Alu, Dtype},
+    wire::{flags, Alu, Dtype},
     NetdamHdr, Opcode, Status,
 };
 use ring::{RingPlan, RingRequest};
@@ -831,27 +831,41 @@ impl<N: MemberNode> Collective<N> {
     }
 
     /// The error of a call whose members' calls differ (`found`: who found
-    /// it, how), after telling every other member through its mismatch word
-    /// (one WRITE each, not waited for: a member that misses it still fails,
-    /// on its own chunks or at its patience).
+    /// it, how), after telling every other member through its failed word:
+    /// a WRITE each, acknowledged and resent as any plain request, so that a
+    /// member with no chunk of its own fails with the mismatch too, not at
+    /// its patience, also where frames are lost. A member that cannot be
+    /// told (one that died) is only logged: the call's error is this.
     fn mismatch(&self, op: &Allreduce, generation: u32, found: String) -> CollectiveError {
-        let port = self.group.port;
-        let mut h = NetdamHdr::request(Opcode::Write);
-        h.set_rkey(op.rkey);
-        h.set_addr(self.raised_cell() + FAILED_WORD);
-        h.set_len(4);
-        h.set_tag(generation);
-        let mut frame = h.to_bytes().to_vec();
-        frame.extend_from_slice(&generation.to_le_bytes());
-        for (i, member) in self.group.members.iter().enumerate() {
-            if i == self.rank {
-                continue;
-            }
-            if let Err(e) = self.sock.send_to(&frame, SocketAddrV4::new(*member, port)) {
-                log::debug!("telling {member} of the mismatch: {e}");
-            }
-        }
         log::warn!("all-reduce generation {generation}: {found}");
+        let others: Vec<Ipv4Addr> = (0..self.group.members.len())
+            .filter(|&i| i != self.rank)
+            .map(|i| self.group.members[i])
+            .collect();
+        let told = self.plain(
+            &others,
+            generation,
+            &self.pacing(),
+            |_| {
+                let mut h = NetdamHdr::request(Opcode::Write);
+                h.flags |= flags::ACK_REQ;
+                h.set_rkey(op.rkey);
+                h.set_addr(self.raised_cell() + FAILED_WORD);
+                h.set_len(4);
+                (h, generation.to_le_bytes().to_vec())
+            },
+            |_, _| {},
+        );
+        if let Err(stop) = told {
+            let e = self.explain(
+                stop,
+                generation,
+                "the mismatch told to",
+                |i| others[i].to_string(),
+                |_| 0,
+            );
+            log::warn!("{e}");
+        }
         CollectiveError::Mismatch {
             generation,
             found,
