@@ -172,6 +172,11 @@ mod tests {
         for s in Status::ALL {
             rust.insert(s.name().into(), s as i64);
         }
+        // The wire statuses the header names.
+        rust.insert(
+            "NETDAM_WIRE_MISMATCH".into(),
+            netdam_common::wire::Status::Mismatch as i64,
+        );
         for (name, d) in DTYPES {
             rust.insert(name.into(), d as i64);
         }

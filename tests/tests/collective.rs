@@ -162,7 +162,7 @@ fn eight_members_every_dtype_op_and_size() {
 #[test]
 fn sixty_four_mib_on_four_members() {
     // Sync area in the first 4 KiB, then 64 MiB of input, 64 MiB of output
-    // and the cells (a 16-byte head and room for a held chunk per chunk).
+    // and the cells (a 24-byte head and room for a held chunk per chunk).
     let ring = Ring::new(4, "196MiB", CollectiveConfig::default());
     let count = (64 << 20) / 4;
     check(&ring, &op(count, Dtype::I32, Alu::Add), 1);

@@ -90,7 +90,7 @@ pub struct RingRequest<'a> {
 
 impl RingRequest<'_> {
     /// Appends the UDP payload of chunk `k`'s request (NetDAM header, SR
-    /// header, ring program, cell address) to `buf`, without the chunk's
+    /// header, ring program, call word and cell address) to `buf`, without the chunk's
     /// data, which the caller appends; returns the member to send it to (o + 1).
     pub fn chunk_header(&self, plan: &RingPlan, k: u64, seq: u32, buf: &mut Vec<u8>) -> Ipv4Addr {
         self.hop_header(plan, k, seq, self.origin, 0, buf)
