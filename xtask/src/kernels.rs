@@ -674,7 +674,11 @@ fn qemu(kernel: &Kernel, initrd: &Path, g: &Guest, index: usize, accel: Accel, l
     c.arg(format!("--net=/run/netns/{NETNS}")).arg("qemu-system-x86_64");
     match accel {
         Accel::Kvm => c.args(["-enable-kvm", "-cpu", "host"]),
-        Accel::Tcg => c.args(["-accel", "tcg", "-cpu", "max"]),
+        // One host thread for all vCPUs (not MTTCG): a 6.12 guest's kernel
+        // rewriting its own code (static keys, through an int3) was met
+        // mid-rewrite by its other vCPU under MTTCG and died with `Oops:
+        // int3`, at boot or later (docs/kernels.md).
+        Accel::Tcg => c.args(["-accel", "tcg,thread=single", "-cpu", "max"]),
     };
     c.args([
         "-smp",
