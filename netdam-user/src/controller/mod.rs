@@ -550,11 +550,6 @@ impl Node {
         Ok(self.readiness(rkey)?.generation)
     }
 
-    /// Raises (or sets) the readiness generation of region `rkey`, with call word 0.
-    pub fn set_generation(&mut self, rkey: u32, generation: u32) -> Result<(), ControllerError> {
-        self.set_readiness(rkey, Readiness::new(generation, 0))
-    }
-
     /// The readiness generation and call word of region `rkey` (section 6, version 2).
     pub fn readiness(&self, rkey: u32) -> Result<Readiness, ControllerError> {
         let m: BpfHashMap<_, u32, Readiness> =
