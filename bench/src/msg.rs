@@ -4,7 +4,7 @@
 //!
 //! 1. MSG delivery rate into AF_XDP against the same-sized messages received
 //!    from a kernel UDP socket with recvmmsg, 64 B and 1 KiB, each sent as
-//!    fast as the live-frames generator goes. The application reads every
+//!    fast as the generator (`netdam_lab::generator`) goes. The application reads every
 //!    message it receives. (The MSG datagram carries the 32-byte NetDAM
 //!    header on top of the message; the socket's does not.)
 //! 2. Bytes the receive path hands the host per 1 KiB message: WRITE_NOTIFY

@@ -5,9 +5,9 @@
 //!    which the same node drops the same frames with a minimal counting
 //!    XDP_DROP program (the ceiling), and against a userspace server doing
 //!    the same WRITE over a kernel UDP socket (recvmmsg, copy into memory,
-//!    sendmmsg acks). One generator drives all three: BPF_PROG_TEST_RUN with
-//!    live frames on host 1 transmits the frame once per repeat, with no
-//!    system call per frame; host 1 drops the acks in XDP.
+//!    sendmmsg acks). One generator drives all three: `netdam_lab::generator`
+//!    on host 1 (AF_PACKET past the qdisc, 64 frames per system call);
+//!    host 1 drops the acks in XDP.
 //! 3. READ 64 B round-trip latency, p50 and p99, from one client on host 1
 //!    (a blocking UDP socket): NetDAM against the userspace server.
 //!
@@ -29,7 +29,7 @@ use std::{
 use anyhow::{anyhow, Context as _, Result};
 use aya::{
     maps::PerCpuArray,
-    programs::{TestRun, TestRunAttrs, TestRunOptions, Xdp, XdpMode},
+    programs::{Xdp, XdpMode},
     EbpfLoader,
 };
 use netdam_common::{
@@ -148,40 +148,34 @@ pub(crate) fn write_ok(tb: &Testbed) -> Result<u64> {
     Ok(Stats::read_pinned(&tb.hosts[0].pin_dir)?.requests("WRITE", Status::Ok))
 }
 
-/// Transmits `frame` from host 1 for `duration` with live frames, while
-/// host 1 drops whatever comes back in XDP; (frames sent, seconds).
+/// Generator threads: one per CPU, as each send carries its frames through
+/// the whole path (veth, switch, node) on its own CPU.
+const GENERATORS: usize = 2;
+
+/// Transmits `frame` from host 1 for `duration` (`netdam_lab::generator`),
+/// while host 1 drops whatever comes back in XDP; (frames sent, seconds).
 pub(crate) fn generate(tb: &Testbed, frame: &[u8], duration: Duration) -> Result<(u64, f64)> {
     let frame = frame.to_vec();
     netdam_lab::testbed::in_netns(&tb.hosts[1].netns, move || -> Result<(u64, f64)> {
         let mut ebpf = EbpfLoader::new()
             .load(netdam_lab::NETDAM_LAB_XDP)
-            .context("loading the generator")?;
-        let ifindex = nix::net::if_::if_nametoindex(IFACE)?;
+            .context("loading the answer dropper")?;
         let absorb: &mut Xdp = ebpf.program_mut("netdam_drop").context("netdam_drop")?.try_into()?;
         absorb.load()?;
         absorb
             .attach(IFACE, XdpMode::Driver)
             .context("dropping the answers on host 1")?;
-        let tx: &mut Xdp = ebpf.program_mut("netdam_tx").context("netdam_tx")?.try_into()?;
-        tx.load()?;
-        // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex.
-        let md: [u32; 6] = [0, frame.len() as u32, 0, ifindex, 0, 0];
-        let ctx: Vec<u8> = md.iter().flat_map(|v| v.to_ne_bytes()).collect();
-        const REPEAT: u32 = 1 << 16;
         let start = Instant::now();
-        let mut sent = 0u64;
-        while start.elapsed() < duration {
-            let opts = TestRunOptions {
-                data_in: Some(&frame),
-                ctx_in: Some(&ctx),
-                repeat: REPEAT,
-                attrs: TestRunAttrs::new().xdp_live_frames(64),
-                ..Default::default()
-            };
-            tx.test_run(opts)
-                .context("BPF_PROG_TEST_RUN with live frames (Linux 5.18+)")?;
-            sent += REPEAT as u64;
-        }
+        let sent = std::thread::scope(|s| {
+            let senders: Vec<_> = (0..GENERATORS)
+                .map(|_| s.spawn(|| netdam_lab::generator::blast(IFACE, &frame, || start.elapsed() < duration)))
+                .collect();
+            senders
+                .into_iter()
+                .map(|t| t.join().expect("a generator thread panicked"))
+                .sum::<std::io::Result<u64>>()
+        })
+        .context("the AF_PACKET generator")?;
         Ok((sent, start.elapsed().as_secs_f64()))
     })?
 }

@@ -115,7 +115,7 @@ impl From<ClientError> for Error {
             ClientError::Refused { status, .. } => return refused(*status, e.to_string()),
             ClientError::Usage { .. } => Status::Arg,
             // Something other than a NetDAM node answers on the port.
-            ClientError::Malformed { .. } | ClientError::Io(_) => Status::Io,
+            ClientError::Malformed { .. } | ClientError::Io(_) | ClientError::AfXdp { .. } => Status::Io,
         };
         Error::new(status, e.to_string())
     }

@@ -13,6 +13,7 @@ pub mod counters;
 pub mod inject;
 pub mod region;
 pub mod split;
+pub mod steer;
 pub mod switch;
 pub mod validate;
 pub mod verifier;

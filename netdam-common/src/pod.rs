@@ -31,3 +31,6 @@ unsafe impl aya::Pod for crate::chain::Readiness {}
 
 // SAFETY: repr(C) integers with explicit padding, as above.
 unsafe impl aya::Pod for crate::switch::SwitchConfig {}
+
+// SAFETY: repr(C) byte arrays with explicit padding, as above.
+unsafe impl aya::Pod for crate::steer::ClientFlow {}

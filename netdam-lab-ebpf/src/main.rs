@@ -44,14 +44,6 @@ pub fn netdam_drop(_ctx: XdpContext) -> u32 {
     xdp_action::XDP_DROP
 }
 
-/// Benchmark generator: sends the frame it is given back out. Run through
-/// BPF_PROG_TEST_RUN with live frames, it transmits one frame per repeat
-/// with no system call per frame (`netdam-bench node`).
-#[xdp]
-pub fn netdam_tx(_ctx: XdpContext) -> u32 {
-    xdp_action::XDP_TX
-}
-
 /// The testbed's chaos element, on the egress of each switch port: drops,
 /// duplicates and reorders a configured fraction of NetDAM frames.
 #[classifier]

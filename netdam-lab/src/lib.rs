@@ -9,6 +9,7 @@
 //! node's XDP object carries none of them.
 
 pub mod cpu;
+pub mod generator;
 pub mod interrupt;
 pub mod memwall;
 pub mod mpi;
@@ -19,7 +20,7 @@ pub mod sweep;
 pub mod testbed;
 
 /// The lab's eBPF object (netdam-lab-ebpf): `netdam_switch`, `netdam_pass`,
-/// `netdam_chaos`, `netdam_drop`, `netdam_tx`.
+/// `netdam_chaos`, `netdam_drop`.
 pub static NETDAM_LAB_XDP: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/netdam-lab-xdp"));
 
 /// The `netdam` binary that serves the lab's nodes: NETDAM_BIN if set, else

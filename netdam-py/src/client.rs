@@ -84,6 +84,7 @@ impl Client {
             retries,
             window,
             mtu,
+            ..ClientConfig::default()
         };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -62,7 +62,7 @@ pub(crate) fn client_error(py: Python<'_>, e: ClientError) -> PyErr {
         ClientError::Timeout { .. } => TimeoutError::new_err(message),
         ClientError::Refused { status, .. } => refused(py, message, status),
         ClientError::Usage { .. } => PyValueError::new_err(message),
-        ClientError::Malformed { .. } | ClientError::Io(_) => Error::new_err(message),
+        ClientError::Malformed { .. } | ClientError::Io(_) | ClientError::AfXdp { .. } => Error::new_err(message),
     }
 }
 

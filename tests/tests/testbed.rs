@@ -639,6 +639,67 @@ fn batched_transfers_survive_loss_duplication_and_reordering() {
     assert!(s.dropped > 0 && s.duplicated > 0 && s.released > 0, "{s:?}");
 }
 
+/// `netdam write --afxdp` and `netdam read --afxdp`: byte-exact through the
+/// AF_XDP path, the client's program gone from the interface afterwards,
+/// and a host whose interface serves a node refused with the reason.
+#[test]
+fn afxdp_transfers_are_byte_exact_and_leave_the_interface_as_found() {
+    let tb = testbed(2);
+    let _served = serve(&tb, 0, "64MiB");
+    let dir = netdam_tests::temp_dir(&format!("afxdp-client-{}", tb.prefix));
+    let (input, output) = (dir.path().join("in.bin"), dir.path().join("out.bin"));
+    // An odd length: the last request is short.
+    let data: Vec<u8> = (0..(16 << 20) - 7).map(|_| rand_byte()).collect();
+    std::fs::write(&input, &data).unwrap();
+    let node = tb.hosts[0].ip.to_string();
+    let (i, o) = (input.to_str().unwrap(), output.to_str().unwrap());
+    let len = data.len().to_string();
+    ok(&netdam(
+        &tb,
+        1,
+        &[
+            "write", "--afxdp", "--node", &node, "--rkey", "0x1234", "--addr", "4099", "--file", i,
+        ],
+    ));
+    assert!(!xdp_attached(&tb, 1), "the client's program left with the client");
+    ok(&netdam(
+        &tb,
+        1,
+        &[
+            "read", "--afxdp", "--node", &node, "--rkey", "0x1234", "--addr", "4099", "--len", &len, "--out", o,
+        ],
+    ));
+    assert!(std::fs::read(&output).unwrap() == data, "the bytes read back differ");
+    // Read back over UDP too: the AF_XDP writes reached the node's memory.
+    read_file(&tb, 1, &node, "4099", &len, &output);
+    assert!(
+        std::fs::read(&output).unwrap() == data,
+        "the bytes read back over UDP differ"
+    );
+    let refused = netdam(
+        &tb,
+        0,
+        &[
+            "read",
+            "--afxdp",
+            "--node",
+            &tb.hosts[1].ip.to_string(),
+            "--rkey",
+            "0x1234",
+            "--addr",
+            "0",
+            "--len",
+            "1",
+            "--out",
+            o,
+        ],
+    );
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{err}");
+    assert!(err.contains("holds the interface") && err.contains("UDP path"), "{err}");
+    assert!(xdp_attached(&tb, 0), "the node's own program is untouched");
+}
+
 /// SIGTERM (as Ctrl-C's SIGINT) in the middle of a lab run removes its
 /// testbed, its nodes and its members' processes, and the run says so and
 /// exits 128 + 15.

@@ -735,3 +735,84 @@ fn traffic_that_is_not_netdam_passes_byte_identical() {
         "nothing of that is counted"
     );
 }
+
+/// The AF_XDP client's steering program (netdam-client-xdp) under
+/// BPF_PROG_TEST_RUN: the node's answers to a transfer's port go to the
+/// socket map (here empty, so they fall back to the kernel and are counted
+/// as such), a stranger's frames to that port are dropped and counted, and
+/// everything else passes byte-identical and uncounted.
+#[test]
+fn the_client_steering_program_takes_only_its_nodes_answers() {
+    use aya::{
+        maps::{HashMap, PerCpuArray},
+        programs::{TestRun, TestRunOptions, Xdp},
+        EbpfLoader,
+    };
+    use netdam_common::steer::ClientFlow;
+    netdam_tests::require_root();
+    let mut ebpf = EbpfLoader::new()
+        .load(netdam_user::client::NETDAM_CLIENT_XDP)
+        .expect("load the client's steering object");
+    let mut flows: HashMap<_, u16, ClientFlow> =
+        HashMap::try_from(ebpf.map_mut("NETDAM_CLIENT_FLOWS").unwrap()).unwrap();
+    // The client (CLIENT's address) talks from port 40000 to the node.
+    flows
+        .insert(CLIENT.port, ClientFlow::new(NODE.ip.octets(), NODE.port), 0)
+        .unwrap();
+    let prog: &mut Xdp = ebpf.program_mut("netdam_client_rx").unwrap().try_into().unwrap();
+    prog.load().unwrap();
+    let run = |prog: &Xdp, f: &[u8]| {
+        let mut out = vec![0u8; f.len() + 256];
+        let r = prog
+            .test_run(TestRunOptions {
+                data_in: Some(f),
+                data_out: Some(&mut out),
+                ..Default::default()
+            })
+            .expect("BPF_PROG_TEST_RUN");
+        out.truncate(r.data_size_out as usize);
+        (r.return_value, out)
+    };
+    let mut answer = hdr(Opcode::Write, RKEY_RW, 0x1000, 0);
+    answer.flags = flags::RESP;
+    let from = |src: Endpoint| netdam_frame(&src, &CLIENT, &answer, &[]);
+    let stranger_ip = Endpoint {
+        ip: Ipv4Addr::new(198, 18, 0, 9),
+        ..NODE
+    };
+    let stranger_port = Endpoint { port: 4794, ..NODE };
+    let other_port = netdam_frame(&NODE, &Endpoint { port: 40001, ..CLIENT }, &answer, &[]);
+    let fragment = udp_frame(
+        &NODE,
+        &CLIENT,
+        &Ipv4Opts {
+            frag: 0x2000,
+            ..Ipv4Opts::default()
+        },
+        &answer.to_bytes(),
+    );
+    let prog: &Xdp = ebpf.program("netdam_client_rx").unwrap().try_into().unwrap();
+    let (action, _) = run(prog, &from(NODE));
+    assert_eq!(action, XDP_PASS, "no socket on the queue: the kernel's");
+    for (name, f) in [
+        ("another source address", from(stranger_ip)),
+        ("another source port", from(stranger_port)),
+    ] {
+        assert_eq!(run(prog, &f).0, XDP_DROP, "{name}");
+    }
+    for (name, f) in [
+        ("a port without a transfer", other_port),
+        ("a fragment", fragment),
+        ("a runt", from(NODE)[..30].to_vec()),
+    ] {
+        let (action, out) = run(prog, &f);
+        assert_eq!((action, &out), (XDP_PASS, &f), "{name} passes byte-identical");
+    }
+    let counts: PerCpuArray<_, u64> = PerCpuArray::try_from(ebpf.map("NETDAM_CLIENT_COUNTS").unwrap()).unwrap();
+    let count = |i: u32| counts.get(&i, 0).unwrap().iter().sum::<u64>();
+    assert_eq!(
+        (count(0), count(1), count(2)),
+        (0, 2, 1),
+        "delivered, strangers dropped, passed for want of a socket"
+    );
+}

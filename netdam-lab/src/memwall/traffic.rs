@@ -1,9 +1,7 @@
 //! The traffic: one datagram per mode, sent from the sender host. At a set
 //! rate, a UDP socket sends it with sendmmsg, a batch per millisecond. As
-//! fast as possible (rate 0), the project's live-frames generator sends the
-//! whole frame (BPF_PROG_TEST_RUN with XDP_FLAGS_LIVE_FRAMES running
-//! `netdam_tx`: no system call per frame); a call of it costs tens of
-//! milliseconds here, so it cannot be paced finely.
+//! fast as possible (rate 0), the project's generator (`generator::blast`)
+//! sends the whole frame, 64 per system call, unpaced.
 
 use std::{
     sync::{
@@ -14,7 +12,7 @@ use std::{
 };
 
 use aya::{
-    programs::{TestRun, TestRunAttrs, TestRunOptions, Xdp, XdpMode},
+    programs::{Xdp, XdpMode},
     EbpfLoader,
 };
 use netdam_common::{
@@ -65,7 +63,7 @@ pub fn frame(mode: Mode, size: usize) -> Vec<u8> {
 /// returns the frames sent.
 pub fn generate(frame: &[u8], rate: u64, stop: &AtomicBool) -> Result<u64, MemwallError> {
     if rate == 0 {
-        live_frames(frame, stop)
+        flat_out(frame, stop)
     } else {
         paced(frame, rate, stop)
     }
@@ -119,13 +117,12 @@ fn paced(frame: &[u8], rate: u64, stop: &AtomicBool) -> Result<u64, MemwallError
     Ok(sent)
 }
 
-/// The whole frame out of the sender's interface by live frames, as fast
-/// as it goes. Answers coming back are dropped in XDP there.
-fn live_frames(frame: &[u8], stop: &AtomicBool) -> Result<u64, MemwallError> {
+/// The whole frame out of the sender's interface as fast as it goes
+/// (`generator::blast`). Answers coming back are dropped in XDP there.
+fn flat_out(frame: &[u8], stop: &AtomicBool) -> Result<u64, MemwallError> {
     let gen = |e: aya::EbpfError| MemwallError::Generator(e.to_string());
     let prog = |e: aya::programs::ProgramError| MemwallError::Generator(e.to_string());
     let mut ebpf = EbpfLoader::new().load(NETDAM_LAB_XDP).map_err(gen)?;
-    let ifindex = nix::net::if_::if_nametoindex(IFACE).map_err(|e| MemwallError::Generator(e.to_string()))?;
     let absorb: &mut Xdp = ebpf
         .program_mut("netdam_drop")
         .expect("the object has netdam_drop")
@@ -133,30 +130,8 @@ fn live_frames(frame: &[u8], stop: &AtomicBool) -> Result<u64, MemwallError> {
         .map_err(prog)?;
     absorb.load().map_err(prog)?;
     absorb.attach(IFACE, XdpMode::Driver).map_err(prog)?;
-    let tx: &mut Xdp = ebpf
-        .program_mut("netdam_tx")
-        .expect("the object has netdam_tx")
-        .try_into()
-        .map_err(prog)?;
-    tx.load().map_err(prog)?;
-    // struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex.
-    let md: [u32; 6] = [0, frame.len() as u32, 0, ifindex, 0, 0];
-    let ctx: Vec<u8> = md.iter().flat_map(|v| v.to_ne_bytes()).collect();
-    let batch = 1 << 16;
-    let mut sent = 0u64;
-    while !stop.load(Ordering::Relaxed) {
-        let opts = TestRunOptions {
-            data_in: Some(frame),
-            ctx_in: Some(&ctx),
-            repeat: batch,
-            attrs: TestRunAttrs::new().xdp_live_frames(64),
-            ..Default::default()
-        };
-        tx.test_run(opts)
-            .map_err(|e| MemwallError::Generator(format!("BPF_PROG_TEST_RUN with live frames (Linux 5.18+): {e}")))?;
-        sent += batch as u64;
-    }
-    Ok(sent)
+    crate::generator::blast(IFACE, frame, || !stop.load(Ordering::Relaxed))
+        .map_err(|e| MemwallError::Generator(format!("the AF_PACKET generator: {e}")))
 }
 
 /// A generator thread in network namespace `netns`, stopped by the flag.

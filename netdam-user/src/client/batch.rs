@@ -48,6 +48,11 @@ impl BatchSocket {
     pub async fn connect(node: Ipv4Addr, port: u16) -> io::Result<BatchSocket> {
         let sock = std::net::UdpSocket::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)))?;
         sock.connect(SocketAddr::from((node, port)))?;
+        BatchSocket::from_std(sock)
+    }
+
+    /// A socket already connected to the node.
+    pub fn from_std(sock: std::net::UdpSocket) -> io::Result<BatchSocket> {
         sock.set_nonblocking(true)?;
         grow_buffers(&sock);
         Ok(BatchSocket {
@@ -177,6 +182,13 @@ impl RecvBufs {
     /// Datagram `k` of the last batch (truncated ones are cut at the slot).
     pub fn get(&self, k: usize) -> &[u8] {
         &self.data[k * self.slot..k * self.slot + self.lens[k].min(self.slot)]
+    }
+
+    /// Puts `datagram` as datagram `k` of the batch (cut at the slot).
+    pub fn put(&mut self, k: usize, datagram: &[u8]) {
+        let n = datagram.len().min(self.slot);
+        self.data[k * self.slot..k * self.slot + n].copy_from_slice(&datagram[..n]);
+        self.lens[k] = n;
     }
 
     fn recvmmsg(&mut self, sock: &tokio::net::UdpSocket) -> io::Result<usize> {

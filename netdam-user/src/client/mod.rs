@@ -1,11 +1,14 @@
 //! The NetDAM client library: requests over kernel UDP with a per-request
 //! timeout, retransmission of idempotent ops, and large transfers split into
 //! MTU-sized requests with a bounded window in flight. WRITE and READ
-//! transfers send and receive in batches (`batch`) under one window's
-//! bookkeeping (`window`).
+//! transfers send and receive in batches (`batch`), or through an AF_XDP
+//! socket (`xsk`), under one window's bookkeeping (`window`).
 
 mod batch;
 mod window;
+mod xsk;
+
+pub use xsk::NETDAM_CLIENT_XDP;
 
 use std::{
     collections::HashMap,
@@ -30,6 +33,11 @@ use self::{
     window::Window,
 };
 
+/// The most stripes a transfer is split into by default.
+const MAX_STREAMS: usize = 4;
+/// Requests per stripe at least: below, the threads cost more than they bring.
+const MIN_STRIPE: usize = 512;
+
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
     /// The node's port P.
@@ -42,6 +50,16 @@ pub struct ClientConfig {
     pub window: usize,
     /// IP MTU of the path: sets the largest payload per request.
     pub mtu: u32,
+    /// Threads (each with its own socket) a large WRITE or READ transfer is
+    /// split across, a contiguous stripe each: on a host whose CPUs each
+    /// carry their own sends through the path (veth, and NICs' transmit
+    /// queues), one thread is one CPU's worth. 1 turns striping off; the
+    /// AF_XDP path has one socket and one stripe.
+    pub streams: usize,
+    /// Run WRITE and READ transfers through an AF_XDP socket (`xsk`): it
+    /// attaches a receive program to the interface that reaches the node,
+    /// which must have none (no `netdam serve` on it).
+    pub afxdp: bool,
 }
 
 impl Default for ClientConfig {
@@ -52,6 +70,8 @@ impl Default for ClientConfig {
             retries: 10,
             window: 128,
             mtu: 1500,
+            streams: std::thread::available_parallelism().map_or(1, |n| n.get().min(MAX_STREAMS)),
+            afxdp: false,
         }
     }
 }
@@ -86,6 +106,12 @@ pub enum ClientError {
     Usage { op: &'static str, what: String },
     #[error("UDP socket: {0}")]
     Io(#[from] std::io::Error),
+    #[error("the AF_XDP path to {node}: {source}")]
+    AfXdp {
+        node: Ipv4Addr,
+        #[source]
+        source: xsk::XskPathError,
+    },
 }
 
 impl ClientError {
@@ -151,6 +177,8 @@ pub struct Client {
     pending: Pending,
     seq: AtomicU32,
     receiver: JoinHandle<()>,
+    /// The AF_XDP path of transfers (`ClientConfig::afxdp`); one transfer at a time.
+    xsk: Option<tokio::sync::Mutex<xsk::XskPath>>,
 }
 
 impl Drop for Client {
@@ -169,7 +197,14 @@ impl Client {
         let sock = Arc::new(UdpSocket::from_std(sock)?);
         let pending: Pending = Arc::default();
         let receiver = tokio::spawn(receive(sock.clone(), pending.clone()));
+        let xsk = match cfg.afxdp {
+            true => Some(tokio::sync::Mutex::new(
+                xsk::XskPath::open(node, cfg.port).map_err(|source| ClientError::AfXdp { node, source })?,
+            )),
+            false => None,
+        };
         Ok(Client {
+            xsk,
             sock,
             node,
             cfg,
@@ -270,9 +305,9 @@ impl Client {
     }
 
     /// Writes `data` at `addr` of region `rkey`, in MTU-sized acknowledged
-    /// WRITEs with `window` in flight, sent and answered in batches (one
-    /// system call for many requests); `progress` gets the bytes of each
-    /// finished piece.
+    /// WRITEs with `window` in flight per stream, sent and answered in
+    /// batches (one system call for many requests), striped over
+    /// `streams` threads; `progress` gets the bytes of each finished piece.
     pub async fn write(
         &self,
         rkey: u32,
@@ -281,6 +316,25 @@ impl Client {
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<(), ClientError> {
         let unit = self.unit("write")?;
+        let stripes = self
+            .stripes(data.len().div_ceil(unit))
+            .into_iter()
+            .map(|r| {
+                let part = &data[r.start * unit..data.len().min(r.end * unit)];
+                self.write_stripe(rkey, addr + (r.start * unit) as u64, part, unit, progress)
+            })
+            .collect();
+        self.run_stripes(stripes).await
+    }
+
+    async fn write_stripe(
+        &self,
+        rkey: u32,
+        addr: u64,
+        data: &[u8],
+        unit: usize,
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<(), ClientError> {
         let piece = |i: usize| {
             let bytes = &data[i * unit..data.len().min((i + 1) * unit)];
             let mut h = NetdamHdr::request(Opcode::Write);
@@ -298,7 +352,7 @@ impl Client {
     }
 
     /// Reads `len` bytes at `addr` of region `rkey`, in MTU-sized READs,
-    /// batched like `write`.
+    /// batched and striped like `write`.
     pub async fn read(
         &self,
         rkey: u32,
@@ -308,6 +362,27 @@ impl Client {
     ) -> Result<Vec<u8>, ClientError> {
         let unit = self.unit("read")?;
         let mut out = vec![0u8; len];
+        let ranges = self.stripes(len.div_ceil(unit));
+        let mut rest = out.as_mut_slice();
+        let mut stripes = Vec::new();
+        for r in ranges {
+            let (part, tail) = rest.split_at_mut((r.end * unit).min(len) - r.start * unit);
+            rest = tail;
+            stripes.push(self.read_stripe(rkey, addr + (r.start * unit) as u64, part, unit, progress));
+        }
+        self.run_stripes(stripes).await?;
+        Ok(out)
+    }
+
+    async fn read_stripe(
+        &self,
+        rkey: u32,
+        addr: u64,
+        out: &mut [u8],
+        unit: usize,
+        progress: &(dyn Fn(usize) + Sync),
+    ) -> Result<(), ClientError> {
+        let len = out.len();
         let padding = vec![0u8; unit];
         let size = |i: usize| unit.min(len - i * unit);
         let piece = |i: usize| {
@@ -333,8 +408,50 @@ impl Client {
             progress(n);
             Ok(())
         })
-        .await?;
-        Ok(out)
+        .await
+    }
+
+    /// The pieces 0..n as contiguous stripes, one per stream: fewer when
+    /// a stripe would be short of MIN_STRIPE, one on the AF_XDP path.
+    fn stripes(&self, n: usize) -> Vec<std::ops::Range<usize>> {
+        let streams = if self.xsk.is_some() { 1 } else { self.cfg.streams };
+        let k = streams.min(n / MIN_STRIPE).max(1);
+        (0..k).map(|j| j * n / k..(j + 1) * n / k).collect()
+    }
+
+    /// Runs the stripes of a transfer: one here; several on threads of
+    /// their own, each with its own runtime and socket (the calling
+    /// runtime thread waits for them, as for a blocking call).
+    async fn run_stripes<F>(&self, mut stripes: Vec<F>) -> Result<(), ClientError>
+    where
+        F: std::future::Future<Output = Result<(), ClientError>> + Send,
+    {
+        if stripes.len() == 1 {
+            return stripes.pop().expect("one stripe").await;
+        }
+        let run = || {
+            std::thread::scope(|s| {
+                let threads: Vec<_> = stripes
+                    .into_iter()
+                    .map(|stripe| {
+                        s.spawn(move || {
+                            tokio::runtime::Builder::new_current_thread()
+                                .enable_all()
+                                .build()?
+                                .block_on(stripe)
+                        })
+                    })
+                    .collect();
+                // The scope joins every thread; the first error is the answer.
+                threads
+                    .into_iter()
+                    .try_for_each(|t| t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            })
+        };
+        match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(run),
+            _ => run(),
+        }
     }
 
     /// `n` idempotent requests, piece i being `piece(i)`, through a socket of
@@ -352,7 +469,10 @@ impl Client {
             op,
             what: format!("{n} requests are more than one transfer can number"),
         })?;
-        let sock = BatchSocket::connect(self.node, self.cfg.port).await?;
+        let mut path = match &self.xsk {
+            Some(x) => Path::Xsk(x.lock().await),
+            None => Path::Udp(BatchSocket::connect(self.node, self.cfg.port).await?),
+        };
         let base = self.seq.fetch_add(count, Ordering::Relaxed);
         let attempts = 1 + self.cfg.retries;
         let mut w = Window::new(base, n, self.cfg.window, self.cfg.timeout, attempts);
@@ -378,16 +498,16 @@ impl Client {
                     }
                 })
                 .collect();
-            sock.send_all(&packets).await?;
+            path.send_all(&packets).await?;
             // Wait only when nothing was sent: the window is full or every piece is out.
             let got = match (packets.is_empty(), w.next_deadline()) {
                 (true, Some(deadline)) => {
-                    match tokio::time::timeout_at(deadline.into(), sock.recv(&mut bufs, true)).await {
+                    match tokio::time::timeout_at(deadline.into(), path.recv(&mut bufs, true)).await {
                         Ok(r) => r?,
                         Err(_) => 0,
                     }
                 }
-                _ => sock.recv(&mut bufs, false).await?,
+                _ => path.recv(&mut bufs, false).await?,
             };
             for k in 0..got {
                 let Some((hdr, payload)) = response(bufs.get(k)) else {
@@ -416,6 +536,11 @@ impl Client {
             }
         }
         log::debug!("{op}: {n} requests, {} resent", w.resends());
+        if let Path::Xsk(x) = &path {
+            if let Some([delivered, strangers, unsteered]) = x.counts() {
+                log::debug!("AF_XDP path: {delivered} answers delivered, {strangers} strangers' frames dropped, {unsteered} without a socket on their queue");
+            }
+        }
         Ok(())
     }
 
@@ -546,6 +671,28 @@ impl Client {
                 what: format!("MTU {} leaves no room for a payload", self.cfg.mtu),
             }),
             n => Ok(n),
+        }
+    }
+}
+
+/// How a transfer's requests leave and its answers arrive.
+enum Path<'a> {
+    Udp(BatchSocket),
+    Xsk(tokio::sync::MutexGuard<'a, xsk::XskPath>),
+}
+
+impl Path<'_> {
+    async fn send_all(&mut self, packets: &[Packet<'_>]) -> std::io::Result<()> {
+        match self {
+            Path::Udp(s) => s.send_all(packets).await,
+            Path::Xsk(x) => x.send_all(packets).await,
+        }
+    }
+
+    async fn recv(&mut self, bufs: &mut RecvBufs, wait: bool) -> std::io::Result<usize> {
+        match self {
+            Path::Udp(s) => s.recv(bufs, wait).await,
+            Path::Xsk(x) => x.recv(bufs, wait).await,
         }
     }
 }

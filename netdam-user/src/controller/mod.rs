@@ -33,7 +33,7 @@ use netdam_common::{
     window::{SourceKey, SweepFrame, Window},
     NodeConfig, Region,
 };
-pub use netif::Interface;
+pub use netif::{holding as interface_holding, Interface};
 use thiserror::Error;
 
 /// The XDP object built by this crate's build script.

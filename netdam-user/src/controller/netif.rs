@@ -50,6 +50,14 @@ impl Interface {
     }
 }
 
+/// The interface that holds `ip`, named.
+pub fn holding(ip: Ipv4Addr) -> Result<Option<String>, ControllerError> {
+    Ok(getifaddrs()
+        .map_err(|e| ControllerError::Io("getifaddrs".into(), e.into()))?
+        .find(|a| a.address.and_then(|s| s.as_sockaddr_in().map(|sin| sin.ip())) == Some(ip))
+        .map(|a| a.interface_name))
+}
+
 fn mtu(name: &CString) -> Result<u32, ControllerError> {
     // SAFETY: a UDP socket for the ioctl, closed before return; ifreq is
     // zeroed and holds the NUL-terminated name (checked to fit).

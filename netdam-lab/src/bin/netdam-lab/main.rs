@@ -73,7 +73,7 @@ pub(crate) enum BenchCmd {
 
 #[derive(Args)]
 #[command(
-    after_help = "It builds a 2-host testbed (prefix --prefix): host 0 sends with a live-frames generator, \
+    after_help = "It builds a 2-host testbed (prefix --prefix): host 0 sends with an AF_PACKET generator, \
     host 1 serves NetDAM and runs the receiving application; the probe runs in this process. Modes: socket \
     (kernel UDP, recvmmsg into the application's buffers), af_xdp (MSG: whole frames into UMEM), write \
     (payload into NetDAM memory, the host is not told), write_notify (payload into NetDAM memory, headers to \

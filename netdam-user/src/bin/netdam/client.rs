@@ -31,6 +31,18 @@ pub(crate) struct NodeArgs {
     /// IP MTU of the path to the node: sets the payload per request.
     #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(100..=9216))]
     pub(crate) mtu: u32,
+    /// Threads a large `write` or `read` is striped over, each with its own
+    /// socket and a contiguous part (default: one per CPU, at most 4; the
+    /// AF_XDP path uses one).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub(crate) streams: Option<u16>,
+    /// Send and receive `write` and `read` transfers through an AF_XDP
+    /// socket instead of the kernel's UDP stack (faster; needs root). It
+    /// attaches a small XDP program to the interface that reaches the node
+    /// for as long as the command runs, so that interface must have none
+    /// (no `netdam serve` on it) and the node must be on its link.
+    #[arg(long)]
+    pub(crate) afxdp: bool,
 }
 
 impl NodeArgs {
@@ -41,6 +53,8 @@ impl NodeArgs {
             retries: self.retries,
             window: self.window as usize,
             mtu: self.mtu,
+            afxdp: self.afxdp,
+            streams: self.streams.map_or(ClientConfig::default().streams, usize::from),
         };
         Ok(Client::connect(self.node, cfg).await?)
     }
