@@ -26,7 +26,7 @@ use netdam_tests::{netdam_bin, require_root, Rng};
 use netdam_user::{Client, ClientConfig};
 use serde::Serialize;
 
-use crate::node::{generate, median, write_ok, CLIENT_PORT};
+use crate::node::{generate, median, requests_ok, CLIENT_PORT};
 
 const PREFIX: &str = "nbcl";
 const RKEY: u32 = 0x1234;
@@ -55,6 +55,9 @@ struct Results {
     /// Per repetition: the node's WRITE frames/s under the generator, and MB/s of payload.
     node_write_fps: Vec<f64>,
     ceiling_mb_s: Vec<f64>,
+    /// The same with READ frames of the same size (the answers dropped in XDP too).
+    node_read_fps: Vec<f64>,
+    read_ceiling_mb_s: Vec<f64>,
     client_write_mb_s: Vec<f64>,
     client_read_mb_s: Vec<f64>,
     afxdp_write_mb_s: Vec<f64>,
@@ -96,6 +99,11 @@ pub fn run(a: Args) -> Result<()> {
     h.set_addr(4096);
     h.set_len(unit as u16);
     let frame = netdam_frame(&client, &node, &h, &vec![0x5A; unit]);
+    // A READ carries its length in padding (PROTOCOL.md section 3), so a READ
+    // frame is as large as the WRITE's and its answer too.
+    h.opcode = Opcode::Read as u8;
+    h.flags = 0;
+    let read_frame = netdam_frame(&client, &node, &h, &vec![0; unit]);
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let data: Vec<u8> = (0..SIZE).map(|_| rng.next_u64() as u8).collect();
     let mut r = Results {
@@ -112,11 +120,17 @@ pub fn run(a: Args) -> Result<()> {
     transfer(&tb, afxdp.clone(), data.clone())?;
     for rep in 1..=a.reps {
         eprintln!("repetition {rep}/{}: the node's WRITE ceiling", a.reps);
-        let before = write_ok(&tb)?;
+        let before = requests_ok(&tb, "WRITE")?;
         let (_, secs) = generate(&tb, &frame, Duration::from_secs_f64(a.secs))?;
-        let fps = (write_ok(&tb)? - before) as f64 / secs;
+        let fps = (requests_ok(&tb, "WRITE")? - before) as f64 / secs;
         r.node_write_fps.push(fps);
         r.ceiling_mb_s.push(fps * unit as f64 / 1e6);
+        eprintln!("repetition {rep}/{}: the node's READ ceiling", a.reps);
+        let before = requests_ok(&tb, "READ")?;
+        let (_, secs) = generate(&tb, &read_frame, Duration::from_secs_f64(a.secs))?;
+        let fps = (requests_ok(&tb, "READ")? - before) as f64 / secs;
+        r.node_read_fps.push(fps);
+        r.read_ceiling_mb_s.push(fps * unit as f64 / 1e6);
         eprintln!(
             "repetition {rep}/{}: the client, 64 MiB WRITE and READ over UDP",
             a.reps
@@ -157,44 +171,64 @@ fn transfer(tb: &Testbed, cfg: ClientConfig, data: Vec<u8>) -> Result<(f64, f64)
 
 fn report(a: &Args, r: &Results) -> Result<()> {
     let ceiling = median(&r.ceiling_mb_s);
+    let read_ceiling = median(&r.read_ceiling_mb_s);
     let (w, rd) = (median(&r.client_write_mb_s), median(&r.client_read_mb_s));
     let (xw, xrd) = (median(&r.afxdp_write_mb_s), median(&r.afxdp_read_mb_s));
     println!(
-        "64 MiB through the client (window {}, {}-byte requests) against the node's WRITE ceiling \
-         (AF_PACKET generator, {}-byte WRITEs), median of {} repetitions",
+        "64 MiB through the client (window {}, {}-byte requests) against the node's WRITE and READ ceilings \
+         (AF_PACKET generator, two threads, {}-byte requests, answers dropped in XDP), median of {} repetitions",
         r.window, r.payload_bytes, r.payload_bytes, a.reps
     );
-    println!("{:<36} {:>10} {:>8}", "", "MB/s", "ratio");
     println!(
-        "{:<36} {:>10.1} {:>7.2}x  ({:.0} WRITE frames/s)",
+        "{:<36} {:>10} {:>14} {:>13}",
+        "", "MB/s", "of WRITE ceil", "of READ ceil"
+    );
+    println!(
+        "{:<36} {ceiling:>10.1} {:>13.2}x {:>13}  ({:.0} WRITE frames/s)",
         "node WRITE ceiling",
-        ceiling,
         1.0,
+        "",
         median(&r.node_write_fps)
     );
-    for (name, v) in [
-        ("write over UDP (netdam write)", w),
-        ("read over UDP (netdam read)", rd),
-        ("write over AF_XDP (--afxdp)", xw),
-        ("read over AF_XDP (--afxdp)", xrd),
+    println!(
+        "{:<36} {read_ceiling:>10.1} {:>13.2}x {:>12.2}x  ({:.0} READ frames/s)",
+        "node READ ceiling",
+        read_ceiling / ceiling,
+        1.0,
+        median(&r.node_read_fps)
+    );
+    for (name, v, read) in [
+        ("write over UDP (netdam write)", w, false),
+        ("write over AF_XDP (--afxdp)", xw, false),
+        ("read over UDP (netdam read)", rd, true),
+        ("read over AF_XDP (--afxdp)", xrd, true),
     ] {
-        println!("{name:<36} {v:>10.1} {:>7.2}x", v / ceiling);
+        let of_read = if read {
+            format!("{:.2}x", v / read_ceiling)
+        } else {
+            String::new()
+        };
+        println!("{name:<36} {v:>10.1} {:>13.2}x {of_read:>13}", v / ceiling);
     }
     let met = |x: f64| if x >= 0.8 { "met" } else { "not met" };
+    let (bw, br) = (w.max(xw), rd.max(xrd));
     println!(
-        "goal >= 0.8x the ceiling, AF_XDP: write {:.2}x ({}), read {:.2}x ({})",
-        xw / ceiling,
-        met(xw / ceiling),
-        xrd / ceiling,
-        met(xrd / ceiling)
+        "goal >= 0.8x the WRITE ceiling: write {:.2}x ({}), read {:.2}x ({}; {:.2}x of the READ ceiling, {})",
+        bw / ceiling,
+        met(bw / ceiling),
+        br / ceiling,
+        met(br / ceiling),
+        br / read_ceiling,
+        met(br / read_ceiling)
     );
     std::fs::create_dir_all(&a.out)?;
     let json = a.out.join("bench-client.json");
     std::fs::write(&json, serde_json::to_string_pretty(r)?)?;
     let svg = plot::bars(
-        "64 MiB through the client against the node's WRITE ceiling, MB/s",
+        "64 MiB through the client against the node's ceilings, MB/s",
         &[
             ("node WRITE ceiling", ceiling),
+            ("node READ ceiling", read_ceiling),
             ("write, UDP", w),
             ("read, UDP", rd),
             ("write, AF_XDP", xw),

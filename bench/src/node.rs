@@ -117,9 +117,9 @@ pub fn run(a: Args) -> Result<()> {
     for rep in 1..=a.reps {
         eprintln!("repetition {rep}/{}: NetDAM", a.reps);
         let served: Served = tb.serve(0, &netdam_bin(), &serve_args)?;
-        let before = write_ok(&tb)?;
+        let before = requests_ok(&tb, "WRITE")?;
         let (sent, secs) = generate(&tb, &write_frame, duration)?;
-        let executed = write_ok(&tb)? - before;
+        let executed = requests_ok(&tb, "WRITE")? - before;
         r.generator_fps_netdam.push(sent as f64 / secs);
         r.netdam_write_fps.push(executed as f64 / secs);
         r.netdam_read_us.push(read_latency(&tb, a.samples)?);
@@ -143,9 +143,9 @@ pub fn run(a: Args) -> Result<()> {
     report(&a, &r)
 }
 
-/// WRITEs the NetDAM node answered OK so far.
-pub(crate) fn write_ok(tb: &Testbed) -> Result<u64> {
-    Ok(Stats::read_pinned(&tb.hosts[0].pin_dir)?.requests("WRITE", Status::Ok))
+/// Requests of `op` the NetDAM node answered OK so far.
+pub(crate) fn requests_ok(tb: &Testbed, op: &str) -> Result<u64> {
+    Ok(Stats::read_pinned(&tb.hosts[0].pin_dir)?.requests(op, Status::Ok))
 }
 
 /// Generator threads: one per CPU, as each send carries its frames through

@@ -1,10 +1,14 @@
 //! The AF_XDP client's receive steering (docs/client.md, "The AF_XDP
-//! client"): which frames reaching a client host's interface are answers to
-//! one of its AF_XDP transfers. The XDP program `netdam_client_rx`
+//! path"): which frames reaching a client host's interface are answers to
+//! one of its AF_XDP transfers, and which of those end in the flow's ack
+//! slots instead of a socket. The XDP program `netdam_client_rx`
 //! (netdam-ebpf/src/bin/netdam-client-xdp.rs) runs this on every frame; the
 //! host tests run it on frames built by hand.
 
-use crate::wire::{ETH_P_IPV4, IPPROTO_UDP};
+use crate::{
+    wire::{ETH_P_IPV4, HDR_LEN, IPPROTO_UDP, MAGIC},
+    NetdamHdr, Opcode,
+};
 
 /// Bytes of the headers steering reads: Ethernet, IPv4 without options, UDP.
 pub const STEER_LEN: usize = 14 + 20 + 8;
@@ -14,6 +18,13 @@ pub const FLOW_SLOTS: u32 = 64;
 
 /// Receive queues the client's socket map covers.
 pub const QUEUE_SLOTS: u32 = 64;
+
+/// Ack slots per flow (NETDAM_CLIENT_ACKS): more than a window (at most
+/// 1023 in flight, PROTOCOL.md section 7) holds.
+pub const ACK_SLOTS: u32 = 1024;
+
+/// Marks a written ack word (a zeroed slot is none).
+const ACK_VALID: u64 = 1 << 8;
 
 /// The node a client's local UDP port talks to: only its answers are
 /// delivered to the client's socket (NETDAM_CLIENT_FLOWS, keyed by the local
@@ -25,16 +36,40 @@ pub struct ClientFlow {
     pub node_ip: [u8; 4],
     /// The node's UDP port, as on the wire.
     pub node_port: [u8; 2],
-    pub _reserved: [u8; 2],
+    /// Which run of ACK_SLOTS in NETDAM_CLIENT_ACKS is the flow's, below FLOW_SLOTS.
+    pub slot: u16,
 }
 
 impl ClientFlow {
-    pub const fn new(node_ip: [u8; 4], node_port: u16) -> ClientFlow {
+    pub const fn new(node_ip: [u8; 4], node_port: u16, slot: u16) -> ClientFlow {
         ClientFlow {
             node_ip,
             node_port: node_port.to_be_bytes(),
-            _reserved: [0; 2],
+            slot,
         }
+    }
+}
+
+/// Where the ack of `seq` on the flow in `slot` is kept.
+pub const fn ack_index(slot: u16, seq: u32) -> u32 {
+    (slot as u32 % FLOW_SLOTS) * ACK_SLOTS + seq % ACK_SLOTS
+}
+
+/// The ack word of a delivered answer with NetDAM header `hdr`, when it is
+/// a WRITE's: seq and status, kept in the flow's ack slot, the frame
+/// dropped (the client needs nothing else of it). `None`: to the socket.
+pub fn write_ack(hdr: &[u8; HDR_LEN]) -> Option<(u32, u64)> {
+    let h = NetdamHdr::from_bytes(hdr)?;
+    let ack = h.magic == MAGIC && h.is_response() && h.opcode == Opcode::Write as u8;
+    ack.then(|| (h.seq(), (h.seq() as u64) << 32 | ACK_VALID | h.status as u64))
+}
+
+/// The status in ack word `word` when it acknowledges `seq`.
+pub const fn ack_status(word: u64, seq: u32) -> Option<u8> {
+    if word & ACK_VALID != 0 && (word >> 32) as u32 == seq {
+        Some(word as u8)
+    } else {
+        None
     }
 }
 
@@ -91,7 +126,7 @@ mod tests {
         h
     }
 
-    const FLOW: ClientFlow = ClientFlow::new([10, 0, 0, 1], 7000);
+    const FLOW: ClientFlow = ClientFlow::new([10, 0, 0, 1], 7000, 3);
 
     #[test]
     fn an_answer_from_the_node_is_delivered() {
@@ -112,6 +147,47 @@ mod tests {
         let mut h = head();
         h[34..36].copy_from_slice(&7001u16.to_be_bytes());
         assert_eq!(steer(&h, Some(&FLOW)), Steer::Stranger);
+    }
+
+    fn answer(op: Opcode, status: u8) -> [u8; HDR_LEN] {
+        let mut h = NetdamHdr::request(op);
+        h.flags = crate::wire::flags::RESP;
+        h.status = status;
+        h.set_seq(0xDEAD_BEEF);
+        h.to_bytes()
+    }
+
+    #[test]
+    fn a_writes_answer_becomes_an_ack_word_with_its_seq_and_status() {
+        for status in [0, 3] {
+            let (seq, word) = write_ack(&answer(Opcode::Write, status)).unwrap();
+            assert_eq!(seq, 0xDEAD_BEEF);
+            assert_eq!(ack_status(word, seq), Some(status));
+            assert_eq!(ack_status(word, seq + 1), None, "another seq's");
+        }
+        assert_eq!(
+            ack_status(0, 0),
+            None,
+            "an empty slot acknowledges nothing, seq 0 included"
+        );
+    }
+
+    #[test]
+    fn other_answers_requests_and_foreign_headers_go_to_the_socket() {
+        assert_eq!(write_ack(&answer(Opcode::Read, 0)), None);
+        let mut request = answer(Opcode::Write, 0);
+        request[3] = 0; // flags: not a response
+        assert_eq!(write_ack(&request), None);
+        let mut foreign = answer(Opcode::Write, 0);
+        foreign[0] ^= 0xFF; // not NetDAM's magic
+        assert_eq!(write_ack(&foreign), None);
+    }
+
+    #[test]
+    fn each_flow_has_its_own_run_of_ack_slots() {
+        assert_eq!(ack_index(0, 5), 5);
+        assert_eq!(ack_index(2, ACK_SLOTS + 5), 2 * ACK_SLOTS + 5);
+        assert!(ack_index((FLOW_SLOTS - 1) as u16, u32::MAX) < FLOW_SLOTS * ACK_SLOTS);
     }
 
     #[test]

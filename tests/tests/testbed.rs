@@ -599,8 +599,10 @@ fn the_demo_shows_nodes_memory_and_a_message_and_cleans_up() {
 }
 
 /// The batched WRITE and READ transfers under 2% loss, duplication and
-/// reordering on every link: resends with the same seq make them whole and
-/// byte-exact, and late duplicates of answered pieces change nothing.
+/// reordering on every link, striped over two threads, through the UDP
+/// path and the AF_XDP path (ack slots, shared sockets): resends with the
+/// same seq make them whole and byte-exact, and late duplicates of answered
+/// pieces change nothing.
 #[test]
 fn batched_transfers_survive_loss_duplication_and_reordering() {
     let tb = testbed(2);
@@ -613,28 +615,35 @@ fn batched_transfers_survive_loss_duplication_and_reordering() {
     })
     .expect("chaos element");
     let node = tb.hosts[0].ip;
-    let data: Vec<u8> = (0..4 << 20).map(|_| rand_byte()).collect();
-    let sent = data.clone();
-    let back = tb
-        .in_host(1, move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                let cfg = netdam_user::ClientConfig {
-                    timeout: Duration::from_millis(20),
-                    retries: 50,
-                    ..Default::default()
-                };
-                let c = netdam_user::Client::connect(node, cfg).await.unwrap();
-                // An odd length and address: the last piece is short.
-                c.write(0x1234, 12_345, &sent[..sent.len() - 7], &|_| {}).await.unwrap();
-                c.read(0x1234, 12_345, sent.len() - 7, &|_| {}).await.unwrap()
+    for afxdp in [false, true] {
+        let data: Vec<u8> = (0..4 << 20).map(|_| rand_byte()).collect();
+        let sent = data.clone();
+        let back = tb
+            .in_host(1, move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                rt.block_on(async {
+                    let cfg = netdam_user::ClientConfig {
+                        timeout: Duration::from_millis(20),
+                        retries: 50,
+                        streams: 2,
+                        afxdp,
+                        ..Default::default()
+                    };
+                    let c = netdam_user::Client::connect(node, cfg).await.unwrap();
+                    // An odd length and address: the last piece is short.
+                    c.write(0x1234, 12_345, &sent[..sent.len() - 7], &|_| {}).await.unwrap();
+                    c.read(0x1234, 12_345, sent.len() - 7, &|_| {}).await.unwrap()
+                })
             })
-        })
-        .unwrap();
-    assert!(back == data[..data.len() - 7], "the bytes read back differ");
+            .unwrap();
+        assert!(
+            back == data[..data.len() - 7],
+            "the bytes read back differ (AF_XDP: {afxdp})"
+        );
+    }
     let s = tb.chaos_stats().expect("chaos counters").expect("chaos attached");
     assert!(s.dropped > 0 && s.duplicated > 0 && s.released > 0, "{s:?}");
 }

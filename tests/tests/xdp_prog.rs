@@ -737,18 +737,20 @@ fn traffic_that_is_not_netdam_passes_byte_identical() {
 }
 
 /// The AF_XDP client's steering program (netdam-client-xdp) under
-/// BPF_PROG_TEST_RUN: the node's answers to a transfer's port go to the
-/// socket map (here empty, so they fall back to the kernel and are counted
-/// as such), a stranger's frames to that port are dropped and counted, and
-/// everything else passes byte-identical and uncounted.
+/// BPF_PROG_TEST_RUN: the node's answer to a WRITE from a transfer's port
+/// becomes an ack word in the flow's slot and is dropped; its other answers
+/// go to the socket map (here empty, so they fall back to the kernel and
+/// are counted as such); a stranger's frames to that port, WRITE answers
+/// included, are dropped, counted and leave no ack; everything else passes
+/// byte-identical and uncounted.
 #[test]
 fn the_client_steering_program_takes_only_its_nodes_answers() {
     use aya::{
-        maps::{HashMap, PerCpuArray},
+        maps::{Array, HashMap, PerCpuArray},
         programs::{TestRun, TestRunOptions, Xdp},
         EbpfLoader,
     };
-    use netdam_common::steer::ClientFlow;
+    use netdam_common::steer::{ack_index, ack_status, ClientFlow};
     netdam_tests::require_root();
     let mut ebpf = EbpfLoader::new()
         .load(netdam_user::client::NETDAM_CLIENT_XDP)
@@ -757,7 +759,7 @@ fn the_client_steering_program_takes_only_its_nodes_answers() {
         HashMap::try_from(ebpf.map_mut("NETDAM_CLIENT_FLOWS").unwrap()).unwrap();
     // The client (CLIENT's address) talks from port 40000 to the node.
     flows
-        .insert(CLIENT.port, ClientFlow::new(NODE.ip.octets(), NODE.port), 0)
+        .insert(CLIENT.port, ClientFlow::new(NODE.ip.octets(), NODE.port, 5), 0)
         .unwrap();
     let prog: &mut Xdp = ebpf.program_mut("netdam_client_rx").unwrap().try_into().unwrap();
     prog.load().unwrap();
@@ -774,8 +776,12 @@ fn the_client_steering_program_takes_only_its_nodes_answers() {
         (r.return_value, out)
     };
     let mut answer = hdr(Opcode::Write, RKEY_RW, 0x1000, 0);
-    answer.flags = flags::RESP;
+    answer.flags = flags::RESP | flags::ACK_REQ;
+    answer.status = Status::OutOfBounds as u8;
     let from = |src: Endpoint| netdam_frame(&src, &CLIENT, &answer, &[]);
+    let mut read = hdr(Opcode::Read, RKEY_RW, 0x1000, 4);
+    read.flags = flags::RESP;
+    let read_answer = netdam_frame(&NODE, &CLIENT, &read, &[1, 2, 3, 4]);
     let stranger_ip = Endpoint {
         ip: Ipv4Addr::new(198, 18, 0, 9),
         ..NODE
@@ -792,14 +798,30 @@ fn the_client_steering_program_takes_only_its_nodes_answers() {
         &answer.to_bytes(),
     );
     let prog: &Xdp = ebpf.program("netdam_client_rx").unwrap().try_into().unwrap();
-    let (action, _) = run(prog, &from(NODE));
-    assert_eq!(action, XDP_PASS, "no socket on the queue: the kernel's");
+    let acks: Array<_, u64> = Array::try_from(ebpf.map("NETDAM_CLIENT_ACKS").unwrap()).unwrap();
+    let ack = || ack_status(acks.get(&ack_index(5, answer.seq()), 0).unwrap(), answer.seq());
     for (name, f) in [
         ("another source address", from(stranger_ip)),
         ("another source port", from(stranger_port)),
     ] {
         assert_eq!(run(prog, &f).0, XDP_DROP, "{name}");
     }
+    assert_eq!(ack(), None, "a stranger's WRITE answer leaves no ack");
+    assert_eq!(
+        run(prog, &from(NODE)).0,
+        XDP_DROP,
+        "a WRITE's answer is kept, not passed"
+    );
+    assert_eq!(
+        ack(),
+        Some(Status::OutOfBounds as u8),
+        "its seq and status in the flow's slot"
+    );
+    let (action, _) = run(prog, &read_answer);
+    assert_eq!(
+        action, XDP_PASS,
+        "a READ's answer, no socket on the queue: the kernel's"
+    );
     for (name, f) in [
         ("a port without a transfer", other_port),
         ("a fragment", fragment),
@@ -811,8 +833,8 @@ fn the_client_steering_program_takes_only_its_nodes_answers() {
     let counts: PerCpuArray<_, u64> = PerCpuArray::try_from(ebpf.map("NETDAM_CLIENT_COUNTS").unwrap()).unwrap();
     let count = |i: u32| counts.get(&i, 0).unwrap().iter().sum::<u64>();
     assert_eq!(
-        (count(0), count(1), count(2)),
-        (0, 2, 1),
-        "delivered, strangers dropped, passed for want of a socket"
+        (count(0), count(1), count(2), count(3)),
+        (0, 2, 1, 1),
+        "delivered, strangers dropped, passed for want of a socket, kept as acks"
     );
 }

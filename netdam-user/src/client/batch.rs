@@ -184,13 +184,6 @@ impl RecvBufs {
         &self.data[k * self.slot..k * self.slot + self.lens[k].min(self.slot)]
     }
 
-    /// Puts `datagram` as datagram `k` of the batch (cut at the slot).
-    pub fn put(&mut self, k: usize, datagram: &[u8]) {
-        let n = datagram.len().min(self.slot);
-        self.data[k * self.slot..k * self.slot + n].copy_from_slice(&datagram[..n]);
-        self.lens[k] = n;
-    }
-
     fn recvmmsg(&mut self, sock: &tokio::net::UdpSocket) -> io::Result<usize> {
         let slot = self.slot;
         let mut iov: Vec<libc::iovec> = self

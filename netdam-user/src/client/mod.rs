@@ -178,7 +178,7 @@ pub struct Client {
     seq: AtomicU32,
     receiver: JoinHandle<()>,
     /// The AF_XDP path of transfers (`ClientConfig::afxdp`); one transfer at a time.
-    xsk: Option<tokio::sync::Mutex<xsk::XskPath>>,
+    xsk: Option<xsk::XskPath>,
 }
 
 impl Drop for Client {
@@ -198,9 +198,7 @@ impl Client {
         let pending: Pending = Arc::default();
         let receiver = tokio::spawn(receive(sock.clone(), pending.clone()));
         let xsk = match cfg.afxdp {
-            true => Some(tokio::sync::Mutex::new(
-                xsk::XskPath::open(node, cfg.port).map_err(|source| ClientError::AfXdp { node, source })?,
-            )),
+            true => Some(xsk::XskPath::open(node, cfg.port).map_err(|source| ClientError::AfXdp { node, source })?),
             false => None,
         };
         Ok(Client {
@@ -412,10 +410,9 @@ impl Client {
     }
 
     /// The pieces 0..n as contiguous stripes, one per stream: fewer when
-    /// a stripe would be short of MIN_STRIPE, one on the AF_XDP path.
+    /// a stripe would be short of MIN_STRIPE.
     fn stripes(&self, n: usize) -> Vec<std::ops::Range<usize>> {
-        let streams = if self.xsk.is_some() { 1 } else { self.cfg.streams };
-        let k = streams.min(n / MIN_STRIPE).max(1);
+        let k = self.cfg.streams.min(n / MIN_STRIPE).max(1);
         (0..k).map(|j| j * n / k..(j + 1) * n / k).collect()
     }
 
@@ -462,15 +459,18 @@ impl Client {
         &self,
         op: &'static str,
         n: usize,
-        piece: impl Fn(usize) -> (NetdamHdr, &'a [u8]),
-        mut answered: impl FnMut(usize, Answer<'_>) -> Result<(), ClientError>,
+        piece: impl Fn(usize) -> (NetdamHdr, &'a [u8]) + Sync,
+        mut answered: impl FnMut(usize, Answer<'_>) -> Result<(), ClientError> + Send,
     ) -> Result<(), ClientError> {
         let count = u32::try_from(n).map_err(|_| ClientError::Usage {
             op,
             what: format!("{n} requests are more than one transfer can number"),
         })?;
         let mut path = match &self.xsk {
-            Some(x) => Path::Xsk(x.lock().await),
+            Some(x) => Path::Xsk(x.flow().map_err(|source| ClientError::AfXdp {
+                node: self.node,
+                source,
+            })?),
             None => Path::Udp(BatchSocket::connect(self.node, self.cfg.port).await?),
         };
         let base = self.seq.fetch_add(count, Ordering::Relaxed);
@@ -478,6 +478,9 @@ impl Client {
         let mut w = Window::new(base, n, self.cfg.window, self.cfg.timeout, attempts);
         let mut bufs = RecvBufs::new(self.cfg.mtu as usize);
         let mut due = Vec::new();
+        let mut acks = Vec::new();
+        // On the AF_XDP path a WRITE's answers end in the flow's ack slots.
+        let acks_in_memory = n > 0 && piece(0).0.opcode == Opcode::Write as u8;
         while !w.finished() {
             w.due(Instant::now(), usize::MAX, &mut due)
                 .map_err(|e| ClientError::Timeout {
@@ -499,46 +502,61 @@ impl Client {
                 })
                 .collect();
             path.send_all(&packets).await?;
-            // Wait only when nothing was sent: the window is full or every piece is out.
-            let got = match (packets.is_empty(), w.next_deadline()) {
-                (true, Some(deadline)) => {
-                    match tokio::time::timeout_at(deadline.into(), path.recv(&mut bufs, true)).await {
-                        Ok(r) => r?,
-                        Err(_) => 0,
-                    }
-                }
-                _ => path.recv(&mut bufs, false).await?,
-            };
-            for k in 0..got {
-                let Some((hdr, payload)) = response(bufs.get(k)) else {
-                    continue;
-                };
+            let mut settle = |w: &mut Window, hdr: NetdamHdr, payload: &[u8]| {
                 let Some(p) = w.answer(hdr.seq()) else {
-                    continue;
+                    return Ok(());
                 };
                 match Status::from_u8(hdr.status) {
-                    Some(Status::Ok) => answered(p, Answer { hdr, payload })?,
-                    Some(status) => {
-                        return Err(ClientError::Refused {
-                            op,
-                            node: self.node,
-                            addr: piece(p).0.addr(),
-                            status,
-                        })
+                    Some(Status::Ok) => answered(p, Answer { hdr, payload }),
+                    Some(status) => Err(ClientError::Refused {
+                        op,
+                        node: self.node,
+                        addr: piece(p).0.addr(),
+                        status,
+                    }),
+                    None => Err(ClientError::Malformed {
+                        node: self.node,
+                        what: format!("unknown status {}", hdr.status),
+                    }),
+                }
+            };
+            let mut each = |w: &mut Window, datagram: &[u8]| match response(datagram) {
+                Some((hdr, payload)) => settle(w, hdr, payload),
+                None => Ok(()),
+            };
+            // Wait only when nothing was sent: the window is full or every piece is out.
+            match (packets.is_empty(), w.next_deadline()) {
+                (true, Some(deadline)) => {
+                    let waited = path.recv(&mut bufs, true, &mut w, acks_in_memory, &mut each);
+                    if let Ok(r) = tokio::time::timeout_at(deadline.into(), waited).await {
+                        r?;
                     }
-                    None => {
-                        return Err(ClientError::Malformed {
-                            node: self.node,
-                            what: format!("unknown status {}", hdr.status),
-                        })
-                    }
+                }
+                _ => path.recv(&mut bufs, false, &mut w, acks_in_memory, &mut each).await?,
+            }
+            if let (Path::Xsk(flow), true) = (&path, acks_in_memory) {
+                // A WRITE's answer kept as an ack word stands for its header.
+                acks.clear();
+                acks.extend(
+                    w.unanswered()
+                        .filter_map(|p| flow.acked(w.seq(p)).map(|status| (p, status))),
+                );
+                for &(p, status) in &acks {
+                    let (mut hdr, _) = piece(p);
+                    hdr.set_seq(w.seq(p));
+                    hdr.flags |= flags::RESP;
+                    hdr.status = status;
+                    settle(&mut w, hdr, &[])?;
                 }
             }
         }
         log::debug!("{op}: {n} requests, {} resent", w.resends());
-        if let Path::Xsk(x) = &path {
-            if let Some([delivered, strangers, unsteered]) = x.counts() {
-                log::debug!("AF_XDP path: {delivered} answers delivered, {strangers} strangers' frames dropped, {unsteered} without a socket on their queue");
+        if let Path::Xsk(flow) = &path {
+            if let Some([delivered, strangers, unsteered, acked]) = flow.counts() {
+                log::debug!(
+                    "AF_XDP path: {acked} WRITE answers kept as acks, {delivered} answers delivered to the sockets, \
+                     {strangers} strangers' frames dropped, {unsteered} answers without a socket on their queue"
+                );
             }
         }
         Ok(())
@@ -675,10 +693,13 @@ impl Client {
     }
 }
 
+/// What a transfer does with each answer's datagram, its window at hand.
+type OnAnswer<'a> = dyn FnMut(&mut Window, &[u8]) -> Result<(), ClientError> + Send + 'a;
+
 /// How a transfer's requests leave and its answers arrive.
 enum Path<'a> {
     Udp(BatchSocket),
-    Xsk(tokio::sync::MutexGuard<'a, xsk::XskPath>),
+    Xsk(xsk::Flow<'a>),
 }
 
 impl Path<'_> {
@@ -689,10 +710,23 @@ impl Path<'_> {
         }
     }
 
-    async fn recv(&mut self, bufs: &mut RecvBufs, wait: bool) -> std::io::Result<usize> {
+    /// Hands each answer waiting (with `wait`, once one is there) to
+    /// `each`; on the AF_XDP path, with `acks`, an ack of a piece of `w` in
+    /// flight also ends the wait.
+    async fn recv(
+        &mut self,
+        bufs: &mut RecvBufs,
+        wait: bool,
+        w: &mut Window,
+        acks: bool,
+        each: &mut OnAnswer<'_>,
+    ) -> Result<(), ClientError> {
         match self {
-            Path::Udp(s) => s.recv(bufs, wait).await,
-            Path::Xsk(x) => x.recv(bufs, wait).await,
+            Path::Udp(s) => {
+                let got = s.recv(bufs, wait).await?;
+                (0..got).try_for_each(|k| each(w, bufs.get(k)))
+            }
+            Path::Xsk(x) => x.recv(wait, w, acks, each).await,
         }
     }
 }

@@ -127,6 +127,11 @@ impl Window {
         None
     }
 
+    /// The pieces sent and not answered yet (a resent piece may come twice).
+    pub fn unanswered(&self) -> impl Iterator<Item = usize> + '_ {
+        self.deadlines.iter().map(|&(_, p)| p).filter(|&p| !self.answered[p])
+    }
+
     /// Sends beyond the first of each piece so far.
     pub fn resends(&self) -> u64 {
         self.sends.iter().map(|&s| s.saturating_sub(1) as u64).sum()
