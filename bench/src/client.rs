@@ -118,33 +118,33 @@ pub fn run(a: Args) -> Result<()> {
     // One untimed round trip each first: ARP and the caches warm.
     transfer(&tb, cfg.clone(), data.clone())?;
     transfer(&tb, afxdp.clone(), data.clone())?;
+    // The node's OK answers to `op` per second under the generator's `frame`s.
+    let ceiling = |op: &str, frame: &[u8]| -> Result<f64> {
+        let before = requests_ok(&tb, op)?;
+        let (_, secs) = generate(&tb, frame, Duration::from_secs_f64(a.secs))?;
+        Ok((requests_ok(&tb, op)? - before) as f64 / secs)
+    };
     for rep in 1..=a.reps {
-        eprintln!("repetition {rep}/{}: the node's WRITE ceiling", a.reps);
-        let before = requests_ok(&tb, "WRITE")?;
-        let (_, secs) = generate(&tb, &frame, Duration::from_secs_f64(a.secs))?;
-        let fps = (requests_ok(&tb, "WRITE")? - before) as f64 / secs;
+        eprintln!("repetition {rep}/{}: the node's WRITE and READ ceilings", a.reps);
+        let fps = ceiling("WRITE", &frame)?;
         r.node_write_fps.push(fps);
         r.ceiling_mb_s.push(fps * unit as f64 / 1e6);
-        eprintln!("repetition {rep}/{}: the node's READ ceiling", a.reps);
-        let before = requests_ok(&tb, "READ")?;
-        let (_, secs) = generate(&tb, &read_frame, Duration::from_secs_f64(a.secs))?;
-        let fps = (requests_ok(&tb, "READ")? - before) as f64 / secs;
+        let fps = ceiling("READ", &read_frame)?;
         r.node_read_fps.push(fps);
         r.read_ceiling_mb_s.push(fps * unit as f64 / 1e6);
-        eprintln!(
-            "repetition {rep}/{}: the client, 64 MiB WRITE and READ over UDP",
-            a.reps
-        );
-        let (w, rd) = transfer(&tb, cfg.clone(), data.clone())?;
-        r.client_write_mb_s.push(SIZE as f64 / w / 1e6);
-        r.client_read_mb_s.push(SIZE as f64 / rd / 1e6);
-        eprintln!(
-            "repetition {rep}/{}: the client, 64 MiB WRITE and READ over AF_XDP",
-            a.reps
-        );
-        let (w, rd) = transfer(&tb, afxdp.clone(), data.clone())?;
-        r.afxdp_write_mb_s.push(SIZE as f64 / w / 1e6);
-        r.afxdp_read_mb_s.push(SIZE as f64 / rd / 1e6);
+        for (path, c) in [("UDP", &cfg), ("AF_XDP", &afxdp)] {
+            eprintln!(
+                "repetition {rep}/{}: the client, 64 MiB WRITE and READ over {path}",
+                a.reps
+            );
+            let (w, rd) = transfer(&tb, c.clone(), data.clone())?;
+            let (writes, reads) = match c.afxdp {
+                false => (&mut r.client_write_mb_s, &mut r.client_read_mb_s),
+                true => (&mut r.afxdp_write_mb_s, &mut r.afxdp_read_mb_s),
+            };
+            writes.push(SIZE as f64 / w / 1e6);
+            reads.push(SIZE as f64 / rd / 1e6);
+        }
     }
     served.stop();
     report(&a, &r)

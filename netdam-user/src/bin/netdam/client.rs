@@ -32,8 +32,8 @@ pub(crate) struct NodeArgs {
     #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(100..=9216))]
     pub(crate) mtu: u32,
     /// Threads a large `write` or `read` is striped over, each with its own
-    /// socket and a contiguous part (default: one per CPU, at most 4; the
-    /// AF_XDP path uses one).
+    /// socket and a contiguous part (default: one per CPU, one more with
+    /// --afxdp, at most 4).
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub(crate) streams: Option<u16>,
     /// Send and receive `write` and `read` transfers through an AF_XDP
@@ -54,7 +54,7 @@ impl NodeArgs {
             window: self.window as usize,
             mtu: self.mtu,
             afxdp: self.afxdp,
-            streams: self.streams.map_or(ClientConfig::default().streams, usize::from),
+            streams: self.streams.map_or(0, usize::from),
         };
         Ok(Client::connect(self.node, cfg).await?)
     }
