@@ -5,7 +5,8 @@
 //! It replaces BPF_PROG_TEST_RUN with live frames (one system call per
 //! 65,536 frames), which the kernel of this project's VM refuses with EPERM
 //! whatever the flags, context or program: a hardening check that mainline
-//! Linux does not have (BENCHMARKS.md, "64 MiB WRITE/READ through the client").
+//! Linux does not have (BENCHMARKS.md, "64 MiB WRITE/READ through the client:
+//! stripes and the AF_XDP path").
 
 use std::{io, os::fd::AsRawFd, os::fd::FromRawFd, os::fd::OwnedFd};
 
