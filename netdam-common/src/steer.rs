@@ -16,7 +16,7 @@ pub const STEER_LEN: usize = 14 + 20 + 8;
 /// Transfers one client host can steer at once (the flow table's size).
 pub const FLOW_SLOTS: u32 = 64;
 
-/// Receive queues the client's socket map covers.
+/// Receive queues the client's socket map covers for each flow.
 pub const QUEUE_SLOTS: u32 = 64;
 
 /// Ack slots per flow (NETDAM_CLIENT_ACKS): more than a window (at most
@@ -48,6 +48,12 @@ impl ClientFlow {
             slot,
         }
     }
+}
+
+/// Where the flow in `slot` has its socket for receive queue `queue` in
+/// NETDAM_CLIENT_XSKS.
+pub const fn socket_index(slot: u16, queue: u32) -> u32 {
+    (slot as u32 % FLOW_SLOTS) * QUEUE_SLOTS + queue % QUEUE_SLOTS
 }
 
 /// Where the ack of `seq` on the flow in `slot` is kept.
@@ -188,6 +194,8 @@ mod tests {
         assert_eq!(ack_index(0, 5), 5);
         assert_eq!(ack_index(2, ACK_SLOTS + 5), 2 * ACK_SLOTS + 5);
         assert!(ack_index((FLOW_SLOTS - 1) as u16, u32::MAX) < FLOW_SLOTS * ACK_SLOTS);
+        assert_eq!(socket_index(2, 1), 2 * QUEUE_SLOTS + 1);
+        assert!(socket_index((FLOW_SLOTS - 1) as u16, u32::MAX) < FLOW_SLOTS * QUEUE_SLOTS);
     }
 
     #[test]

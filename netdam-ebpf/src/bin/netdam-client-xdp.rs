@@ -2,7 +2,7 @@
 //! attached to the interface of a host whose client transfers through
 //! AF_XDP, it keeps each WRITE's answer as an ack word in the flow's ack
 //! slots (memory the client maps) and drops it, hands the transfers' other
-//! answers to the client's socket on the queue they arrive at, drops frames
+//! answers to the flow's socket on the queue they arrive at, drops frames
 //! sent to a transfer's port by anyone but its node, and passes everything
 //! else to the kernel untouched.
 #![no_std]
@@ -15,7 +15,10 @@ use aya_ebpf::{
     programs::XdpContext,
 };
 use netdam_common::{
-    steer::{ack_index, dst_port, steer, write_ack, ClientFlow, Steer, ACK_SLOTS, FLOW_SLOTS, QUEUE_SLOTS, STEER_LEN},
+    steer::{
+        ack_index, dst_port, socket_index, steer, write_ack, ClientFlow, Steer, ACK_SLOTS, FLOW_SLOTS, QUEUE_SLOTS,
+        STEER_LEN,
+    },
     wire::HDR_LEN,
 };
 
@@ -26,9 +29,9 @@ const MMAPABLE: u32 = 1 << 10;
 #[map(name = "NETDAM_CLIENT_FLOWS")]
 static FLOWS: HashMap<u16, ClientFlow> = HashMap::with_max_entries(FLOW_SLOTS, 0);
 
-/// The client's AF_XDP sockets, by receive queue.
+/// The client's AF_XDP sockets, by flow and receive queue (`socket_index`).
 #[map(name = "NETDAM_CLIENT_XSKS")]
-static XSKS: XskMap = XskMap::with_max_entries(QUEUE_SLOTS, 0);
+static XSKS: XskMap = XskMap::with_max_entries(FLOW_SLOTS * QUEUE_SLOTS, 0);
 
 /// Each flow's ack words (`steer::write_ack`), ACK_SLOTS a flow.
 #[map(name = "NETDAM_CLIENT_ACKS")]
@@ -59,16 +62,33 @@ pub fn netdam_client_rx(ctx: XdpContext) -> u32 {
             count(1);
             xdp_action::XDP_DROP
         }
-        Steer::Deliver => {
-            if let (Some(flow), Some(word)) = (flow, kept_ack(start, end)) {
-                if let Some(slot) = ACKS.get_ptr_mut(ack_index(flow.slot, word.0)) {
-                    // SAFETY: an aligned u64 of the map; the client reads it whole.
-                    unsafe { core::ptr::write_volatile(slot, word.1) };
-                    count(3);
-                    return xdp_action::XDP_DROP;
-                }
-            }
-            to_socket(&ctx)
+        Steer::Deliver => match flow {
+            Some(flow) => deliver(&ctx, flow, start, end),
+            None => xdp_action::XDP_PASS,
+        },
+    }
+}
+
+/// An answer from the flow's node: a WRITE's kept as an ack word, the rest
+/// to the flow's socket on the frame's queue.
+#[inline(always)]
+fn deliver(ctx: &XdpContext, flow: &ClientFlow, start: usize, end: usize) -> u32 {
+    if let Some((seq, word)) = kept_ack(start, end) {
+        if let Some(slot) = ACKS.get_ptr_mut(ack_index(flow.slot, seq)) {
+            // SAFETY: an aligned u64 of the map; the client reads it whole.
+            unsafe { core::ptr::write_volatile(slot, word) };
+            count(3);
+            return xdp_action::XDP_DROP;
+        }
+    }
+    match XSKS.redirect(socket_index(flow.slot, ctx.rx_queue_index()), 0) {
+        Ok(action) => {
+            count(0);
+            action
+        }
+        Err(_) => {
+            count(2);
+            xdp_action::XDP_PASS
         }
     }
 }
@@ -82,20 +102,6 @@ fn kept_ack(start: usize, end: usize) -> Option<(u32, u64)> {
     // SAFETY: HDR_LEN bytes after the headers lie in the packet (checked above).
     let hdr: [u8; HDR_LEN] = unsafe { core::ptr::read_unaligned((start + STEER_LEN) as *const [u8; HDR_LEN]) };
     write_ack(&hdr)
-}
-
-#[inline(always)]
-fn to_socket(ctx: &XdpContext) -> u32 {
-    match XSKS.redirect(ctx.rx_queue_index(), 0) {
-        Ok(action) => {
-            count(0);
-            action
-        }
-        Err(_) => {
-            count(2);
-            xdp_action::XDP_PASS
-        }
-    }
 }
 
 #[inline(always)]

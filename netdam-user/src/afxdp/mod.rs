@@ -14,7 +14,8 @@ mod socket;
 mod umem;
 
 pub use endpoint::{Delivery, Endpoint, EndpointConfig, HeldFrame, Received};
-pub use socket::{Direction, XskSocket, XskStats};
+pub(crate) use socket::UmemView;
+pub use socket::{Direction, SharedRx, XskSocket, XskStats};
 pub use umem::{Backing, Umem};
 
 use thiserror::Error;

@@ -78,7 +78,125 @@ fn getsockopt<T>(fd: &OwnedFd, opt: libc::c_int, what: &str) -> Result<T, XskErr
     Ok(v)
 }
 
+fn new_socket() -> Result<OwnedFd, XskError> {
+    // SAFETY: plain socket(2).
+    let raw = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::EPERM | libc::EACCES) => XskError::NotPrivileged(e),
+            _ => XskError::Unsupported(e),
+        });
+    }
+    // SAFETY: a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// Binds `fd` to the queue with `flags`, sharing the UMEM of the socket
+/// `shared` when not 0. A socket closed just before on this queue releases
+/// it from a kernel work queue: EBUSY for a moment, then free.
+fn bind(fd: &OwnedFd, ifindex: u32, queue: u32, flags: u16, shared: u32) -> std::io::Result<()> {
+    let sa = libc::sockaddr_xdp {
+        sxdp_family: libc::AF_XDP as u16,
+        sxdp_flags: flags,
+        sxdp_ifindex: ifindex,
+        sxdp_queue_id: queue,
+        sxdp_shared_umem_fd: shared,
+    };
+    for _ in 0..100 {
+        // SAFETY: a sockaddr_xdp of the size given.
+        let r = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&sa as *const libc::sockaddr_xdp).cast(),
+                std::mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+            )
+        };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EBUSY) {
+            return Err(e);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    Err(std::io::Error::from_raw_os_error(libc::EBUSY))
+}
+
+/// A socket that receives into another socket's UMEM on that socket's
+/// queue (XDP_SHARED_UMEM): an RX ring of its own, the frames taken from
+/// and given back to the owner's fill ring. An XDP program picks which of
+/// the queue's sockets a frame goes to.
+pub struct SharedRx {
+    fd: OwnedFd,
+    rx: Ring<libc::xdp_desc>,
+}
+
+impl SharedRx {
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Moves up to `max` received descriptors into `out`; their bytes are
+    /// the owner's (`XskSocket::frame`), and go back with `give_back`.
+    pub(crate) fn take(&mut self, max: u32, out: &mut Vec<libc::xdp_desc>) -> u32 {
+        self.rx.consume(max, out)
+    }
+}
+
+/// The frames of a socket's UMEM, readable from any thread: a frame
+/// received (by the socket or one sharing its UMEM) is the receiver's until
+/// it goes back through the fill ring.
+pub(crate) struct UmemView {
+    area: *const u8,
+    len: usize,
+}
+
+// SAFETY: plain memory; a received frame is read only by the thread that
+// took its descriptor, and the kernel does not write it until it is given back.
+unsafe impl Send for UmemView {}
+unsafe impl Sync for UmemView {}
+
+impl UmemView {
+    /// The `len` bytes at UMEM offset `addr` (from an RX descriptor).
+    pub(crate) fn bytes(&self, addr: u64, len: u32) -> &[u8] {
+        let (a, n) = (addr as usize, len as usize);
+        assert!(
+            a.checked_add(n).is_some_and(|end| end <= self.len),
+            "descriptor outside the UMEM"
+        );
+        // SAFETY: inside the mapping (asserted), which outlives the view (`umem_view`).
+        unsafe { std::slice::from_raw_parts(self.area.add(a), n) }
+    }
+}
+
 impl XskSocket {
+    /// A socket sharing this one's UMEM and queue, with an RX ring of
+    /// `entries` (a power of two).
+    pub fn bind_shared_rx(&self, ifindex: u32, entries: u32) -> Result<SharedRx, XskError> {
+        let fd = new_socket()?;
+        setsockopt(&fd, libc::XDP_RX_RING, &entries, "sizing the RX ring")?;
+        let off: libc::xdp_mmap_offsets = getsockopt(&fd, libc::XDP_MMAP_OFFSETS, "reading the ring offsets")?;
+        let rx = Ring::<libc::xdp_desc>::map(fd.as_fd(), &off.rx, entries, libc::XDP_PGOFF_RX_RING as u64, "RX")?;
+        // A socket sharing a UMEM takes no mode flags: it has the owner's.
+        bind(
+            &fd,
+            ifindex,
+            self.queue,
+            libc::XDP_SHARED_UMEM,
+            self.fd.as_raw_fd() as u32,
+        )
+        .map_err(|source| XskError::Sys {
+            what: format!(
+                "binding an AF_XDP socket sharing a UMEM to queue {} of interface index {ifindex}",
+                self.queue
+            ),
+            source,
+        })?;
+        Ok(SharedRx { fd, rx })
+    }
+
     /// A socket on queue `queue` of interface `ifindex` (in the calling
     /// thread's network namespace) with `frames` UMEM frames and rings of
     /// `frames` entries. Zero-copy where the driver has it, copy mode
@@ -92,17 +210,7 @@ impl XskSocket {
         if !(64..=65536).contains(&frames) || !frames.is_power_of_two() {
             return Err(XskError::Frames(frames));
         }
-        // SAFETY: plain socket(2).
-        let raw = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-        if raw < 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(match e.raw_os_error() {
-                Some(libc::EPERM | libc::EACCES) => XskError::NotPrivileged(e),
-                _ => XskError::Unsupported(e),
-            });
-        }
-        // SAFETY: a new descriptor that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let fd = new_socket()?;
         let umem = Umem::new(frames)?;
         let reg = libc::xdp_umem_reg {
             addr: umem.addr(),
@@ -147,42 +255,7 @@ impl XskSocket {
             }
             Direction::Tx => all.collect(),
         };
-        let bind = |flags: u16| {
-            let sa = libc::sockaddr_xdp {
-                sxdp_family: libc::AF_XDP as u16,
-                sxdp_flags: flags | libc::XDP_USE_NEED_WAKEUP,
-                sxdp_ifindex: ifindex,
-                sxdp_queue_id: queue,
-                sxdp_shared_umem_fd: 0,
-            };
-            // SAFETY: a sockaddr_xdp of the size given.
-            let r = unsafe {
-                libc::bind(
-                    fd.as_raw_fd(),
-                    (&sa as *const libc::sockaddr_xdp).cast(),
-                    std::mem::size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
-                )
-            };
-            if r == 0 {
-                Ok(())
-            } else {
-                Err(std::io::Error::last_os_error())
-            }
-        };
-        // A socket closed just before on this queue releases it from a
-        // kernel work queue: EBUSY for a moment, then free.
-        let bind = |flags: u16| {
-            let mut tries = 0;
-            loop {
-                match bind(flags) {
-                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) && tries < 100 => {
-                        tries += 1;
-                        std::thread::sleep(std::time::Duration::from_millis(10));
-                    }
-                    r => return r,
-                }
-            }
-        };
+        let bind = |flags: u16| bind(&fd, ifindex, queue, flags | libc::XDP_USE_NEED_WAKEUP, 0);
         let zero_copy = match bind(libc::XDP_ZEROCOPY) {
             Ok(()) => true,
             Err(zc) => {
@@ -208,6 +281,17 @@ impl XskSocket {
 
     pub fn queue(&self) -> u32 {
         self.queue
+    }
+
+    /// A view of the UMEM's frames for threads that do not hold the socket.
+    ///
+    /// # Safety
+    /// The view must be dropped before the socket.
+    pub(crate) unsafe fn umem_view(&self) -> UmemView {
+        UmemView {
+            area: self.umem.area(),
+            len: self.umem.len(),
+        }
     }
 
     pub fn zero_copy(&self) -> bool {

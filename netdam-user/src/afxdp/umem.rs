@@ -82,6 +82,10 @@ impl Umem {
         self.len
     }
 
+    pub(crate) fn area(&self) -> *const u8 {
+        self.area.as_ptr()
+    }
+
     /// The `len` bytes at UMEM offset `addr` (from an RX descriptor).
     pub(crate) fn bytes(&self, addr: u64, len: u32) -> &[u8] {
         let (a, n) = (addr as usize, len as usize);

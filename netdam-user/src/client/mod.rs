@@ -723,7 +723,7 @@ impl Path<'_> {
     async fn send_all(&mut self, packets: &[Packet<'_>]) -> std::io::Result<()> {
         match self {
             Path::Udp(s) => s.send_all(packets).await,
-            Path::Xsk(x) => x.send_all(packets).await,
+            Path::Xsk(x) => x.requests().send_all(packets).await,
         }
     }
 

@@ -2,17 +2,18 @@
 //! path"). A small XDP program (`netdam_client_rx`) on the interface that
 //! reaches the node takes the transfers' answers off the kernel's UDP
 //! stack: a WRITE's answer becomes an ack word in memory the client maps,
-//! and the frame is dropped; any other answer (a READ's data) lands in an
-//! AF_XDP socket. Requests leave through each flow's UDP socket, many per
+//! and the frame is dropped; any other answer (a READ's data) lands in the
+//! flow's AF_XDP socket. Requests leave through each flow's UDP socket, many per
 //! system call with UDP GSO. (Sending through an AF_XDP TX ring was
 //! measured too: in copy mode, veth's, the kernel builds an skb per frame,
 //! where GSO builds one per 44, and the transfer was 10 to 25% slower.)
 //!
 //! One `XskPath` a client: the program (attached for the client's
 //! lifetime, as a bpf_link, so it goes when the process does, killed or
-//! not), the AF_XDP sockets and the ack slots. One `Flow` a stripe of a
-//! transfer: a UDP socket whose port the program knows, and a run of ack
-//! slots. The program needs the interface to itself: a host that serves a
+//! not), a UMEM per receive queue and the ack slots. One `Flow` a stripe of
+//! a transfer: a UDP socket whose port the program knows, a run of ack
+//! slots, and on each queue an AF_XDP socket of its own sharing the queue's
+//! UMEM (so no stripe's thread reads another's answers). The program needs the interface to itself: a host that serves a
 //! node on that interface uses the UDP path.
 
 use std::{
@@ -32,15 +33,17 @@ use aya::{
     programs::{Xdp, XdpMode},
     Ebpf, EbpfLoader,
 };
-use netdam_common::steer::{ack_index, ack_status, ClientFlow, ACK_SLOTS, FLOW_SLOTS, STEER_LEN};
+use netdam_common::steer::{
+    ack_index, ack_status, socket_index, ClientFlow, ACK_SLOTS, FLOW_SLOTS, QUEUE_SLOTS, STEER_LEN,
+};
 
 use super::{
-    batch::{BatchSocket, Packet, RECV_BATCH},
+    batch::{BatchSocket, RECV_BATCH},
     window::Window,
     ClientError, OnAnswer,
 };
 use crate::{
-    afxdp::XskSocket,
+    afxdp::{SharedRx, UmemView, XskSocket},
     controller::{interface_holding, queues::rx_queues, Interface},
 };
 
@@ -70,20 +73,29 @@ fn fail(what: impl Into<String>) -> XskPathError {
     XskPathError(what.into())
 }
 
-/// The AF_XDP sockets, one per receive queue, and a buffer of descriptors.
-struct Rx {
-    sockets: Vec<XskSocket>,
-    taken: Vec<libc::xdp_desc>,
+/// A receive queue's UMEM: its owner socket (whose fill ring every flow's
+/// socket on the queue draws from and gives back to) and a view of its
+/// frames for the flows' threads.
+struct Queue {
+    // The view goes before the socket that owns the memory.
+    view: UmemView,
+    owner: Mutex<XskSocket>,
 }
 
-/// Answers taken from the sockets by one flow's thread for another flow,
-/// by the other's port: every flow's answers share the sockets.
-type Inboxes = std::collections::HashMap<u16, std::collections::VecDeque<Vec<u8>>>;
+/// A flow's slot: its run of ack slots and its sockets, one per queue,
+/// kept from flow to flow (closing a socket would strand the frames in its
+/// RX ring).
+struct Slot {
+    index: u16,
+    sockets: Vec<SharedRx>,
+}
 
-/// The flow table and which of its ack-slot runs are free.
+/// The flow table, the slots free for new flows, and the socket map.
 struct Flows {
     map: HashMap<MapData, u16, ClientFlow>,
-    free: Vec<u16>,
+    free: Vec<Slot>,
+    made: u16,
+    xsks: XskMap<MapData>,
 }
 
 /// NETDAM_CLIENT_ACKS mapped read-only.
@@ -107,9 +119,10 @@ impl Drop for Acks {
 pub(super) struct XskPath {
     node: Ipv4Addr,
     port: u16,
-    rx: Mutex<Rx>,
-    inboxes: Mutex<Inboxes>,
+    ifindex: u32,
+    // The flows' sockets close before the UMEMs they share.
     flows: Mutex<Flows>,
+    queues: Vec<Queue>,
     acks: Acks,
     counts: PerCpuArray<MapData, u64>,
     /// Holds the program and its link: dropped, the program leaves the interface.
@@ -143,50 +156,51 @@ impl XskPath {
                  host, or another AF_XDP client, holds the interface: use the UDP path there)"
             ))
         })?;
-        let queues = rx_queues(&name).map_err(|e| fail(e.to_string()))?.current;
-        let mut xsks = XskMap::try_from(
-            ebpf.map_mut("NETDAM_CLIENT_XSKS")
-                .ok_or_else(|| fail("no socket map"))?,
-        )
-        .map_err(|e| fail(e.to_string()))?;
-        let mut sockets = Vec::new();
-        for q in 0..queues.min(xsks.len()) {
-            let s = XskSocket::bind(ifindex, q, FRAMES)
+        let count = rx_queues(&name)
+            .map_err(|e| fail(e.to_string()))?
+            .current
+            .min(QUEUE_SLOTS);
+        let mut queues = Vec::new();
+        for q in 0..count {
+            let owner = XskSocket::bind(ifindex, q, FRAMES)
                 .map_err(|e| fail(format!("an AF_XDP socket on queue {q} of {name}: {e}")))?;
-            xsks.set(q, s.fd().as_raw_fd(), 0)
-                .map_err(|e| fail(format!("entering queue {q}'s socket: {e}")))?;
-            sockets.push(s);
+            // SAFETY: `Queue` drops the view before the socket.
+            let view = unsafe { owner.umem_view() };
+            queues.push(Queue {
+                view,
+                owner: Mutex::new(owner),
+            });
         }
         let mut take = |name: &str| {
             ebpf.take_map(name)
                 .ok_or_else(|| fail(format!("the client's object has no map {name}")))
         };
         let flows = HashMap::try_from(take("NETDAM_CLIENT_FLOWS")?).map_err(|e| fail(e.to_string()))?;
+        let xsks = XskMap::try_from(take("NETDAM_CLIENT_XSKS")?).map_err(|e| fail(e.to_string()))?;
         let counts = PerCpuArray::try_from(take("NETDAM_CLIENT_COUNTS")?).map_err(|e| fail(e.to_string()))?;
         let acks = match take("NETDAM_CLIENT_ACKS")? {
             Map::Array(m) => map_acks(m)?,
             _ => return Err(fail("NETDAM_CLIENT_ACKS is not an array map")),
         };
+        let Some(first) = queues.first() else {
+            return Err(fail(format!("{name} reports no receive queue")));
+        };
+        let zero_copy = first.owner.lock().expect("owner lock").zero_copy();
         log::debug!(
             "AF_XDP path to {node}:{port} on {name}: {} queue(s), {}",
-            sockets.len(),
-            if sockets[0].zero_copy() {
-                "zero-copy"
-            } else {
-                "copy mode"
-            }
+            queues.len(),
+            if zero_copy { "zero-copy" } else { "copy mode" }
         );
         Ok(XskPath {
             node,
             port,
-            rx: Mutex::new(Rx {
-                sockets,
-                taken: Vec::new(),
-            }),
-            inboxes: Mutex::default(),
+            ifindex,
+            queues,
             flows: Mutex::new(Flows {
                 map: flows,
-                free: (0..FLOW_SLOTS as u16).rev().collect(),
+                free: Vec::new(),
+                made: 0,
+                xsks,
             }),
             acks,
             counts,
@@ -201,28 +215,51 @@ impl XskPath {
         let local = local_v4(&sock, self.node)?;
         let requests = BatchSocket::from_std(sock).map_err(|e| fail(format!("the flow's UDP socket: {e}")))?;
         let mut flows = self.flows.lock().expect("flows lock");
-        let slot = flows
-            .free
-            .pop()
-            .ok_or_else(|| fail(format!("{FLOW_SLOTS} flows are open already")))?;
+        let slot = match flows.free.pop() {
+            Some(slot) => slot,
+            None => self.new_slot(&mut flows)?,
+        };
         // Acks of an earlier flow in these slots acknowledge other seqs: no clearing needed.
-        if let Err(e) = flows
-            .map
-            .insert(local.port(), ClientFlow::new(self.node.octets(), self.port, slot), 0)
-        {
+        if let Err(e) = flows.map.insert(
+            local.port(),
+            ClientFlow::new(self.node.octets(), self.port, slot.index),
+            0,
+        ) {
             flows.free.push(slot);
             return Err(fail(format!("entering the flow: {e}")));
         }
-        self.inboxes
-            .lock()
-            .expect("inboxes lock")
-            .insert(local.port(), Default::default());
         Ok(Flow {
             path: self,
             port: local.port(),
-            slot,
+            slot: Some(slot),
             requests,
+            taken: Vec::new(),
         })
+    }
+
+    /// A new slot: a socket per queue sharing the queue's UMEM, entered in
+    /// the socket map.
+    fn new_slot(&self, flows: &mut Flows) -> Result<Slot, XskPathError> {
+        if u32::from(flows.made) == FLOW_SLOTS {
+            return Err(fail(format!("{FLOW_SLOTS} flows are open already")));
+        }
+        let index = flows.made;
+        let mut sockets = Vec::new();
+        for (q, queue) in self.queues.iter().enumerate() {
+            let s = queue
+                .owner
+                .lock()
+                .expect("owner lock")
+                .bind_shared_rx(self.ifindex, FRAMES)
+                .map_err(|e| fail(format!("a flow's AF_XDP socket on queue {q}: {e}")))?;
+            flows
+                .xsks
+                .set(socket_index(index, q as u32), s.fd().as_raw_fd(), 0)
+                .map_err(|e| fail(format!("entering a flow's socket on queue {q}: {e}")))?;
+            sockets.push(s);
+        }
+        flows.made += 1;
+        Ok(Slot { index, sockets })
     }
 
     /// Frames delivered to a socket, strangers dropped, answers passed for
@@ -234,73 +271,38 @@ impl XskPath {
         }
         Some(out)
     }
-
-    /// Hands the socket answers to the flow at `port`, up to `RECV_BATCH`,
-    /// to `each`, in place (their UDP payloads): first those another flow's
-    /// thread took for it, then from the RX rings, keeping the other flows'
-    /// answers in their inboxes. Stops handing at `each`'s first error.
-    fn take(&self, port: u16, mut each: impl FnMut(&[u8]) -> Result<(), ClientError>) -> Result<usize, ClientError> {
-        let mut got = 0;
-        let mut result = Ok(());
-        if let Some(inbox) = self.inboxes.lock().expect("inboxes lock").get_mut(&port) {
-            while got < RECV_BATCH && result.is_ok() {
-                let Some(d) = inbox.pop_front() else { break };
-                result = each(&d);
-                got += 1;
-            }
-        }
-        let mut rx = self.rx.lock().expect("rx lock");
-        let Rx { sockets, taken } = &mut *rx;
-        for s in sockets.iter_mut() {
-            if got == RECV_BATCH || result.is_err() {
-                break;
-            }
-            taken.clear();
-            s.take((RECV_BATCH - got) as u32, taken);
-            let mut inboxes = None;
-            for d in taken.iter() {
-                let Some((to, payload)) = udp_payload(s.frame(d)) else {
-                    continue;
-                };
-                if to != port {
-                    if let Some(inbox) = inboxes
-                        .get_or_insert_with(|| self.inboxes.lock().expect("inboxes lock"))
-                        .get_mut(&to)
-                    {
-                        inbox.push_back(payload.to_vec());
-                    }
-                } else if result.is_ok() {
-                    result = each(payload);
-                    got += 1;
-                }
-            }
-            s.give_back(taken);
-        }
-        result.map(|()| got)
-    }
 }
 
 /// One stripe's way through the path.
 pub(super) struct Flow<'a> {
     path: &'a XskPath,
     port: u16,
-    slot: u16,
+    /// Taken back by the path on drop.
+    slot: Option<Slot>,
     requests: BatchSocket,
+    taken: Vec<libc::xdp_desc>,
 }
 
 impl Drop for Flow<'_> {
     fn drop(&mut self) {
         let mut flows = self.path.flows.lock().expect("flows lock");
         let _ = flows.map.remove(&self.port);
-        flows.free.push(self.slot);
-        self.path.inboxes.lock().expect("inboxes lock").remove(&self.port);
+        if let Some(mut slot) = self.slot.take() {
+            // Late answers in the sockets go back to the fill rings.
+            for (queue, s) in self.path.queues.iter().zip(&mut slot.sockets) {
+                self.taken.clear();
+                s.take(u32::MAX, &mut self.taken);
+                queue.owner.lock().expect("owner lock").give_back(&self.taken);
+            }
+            flows.free.push(slot);
+        }
     }
 }
 
 impl Flow<'_> {
-    /// Sends every packet (`BatchSocket::send_all`).
-    pub async fn send_all(&self, packets: &[Packet<'_>]) -> io::Result<()> {
-        self.requests.send_all(packets).await
+    /// The flow's UDP socket, which sends its requests.
+    pub fn requests(&self) -> &BatchSocket {
+        &self.requests
     }
 
     /// `XskPath::counts`.
@@ -308,10 +310,39 @@ impl Flow<'_> {
         self.path.counts()
     }
 
+    fn slot(&self) -> &Slot {
+        self.slot.as_ref().expect("a live flow has its slot")
+    }
+
     /// The status of the answer to the WRITE with `seq`, once its ack word is there.
     pub fn acked(&self, seq: u32) -> Option<u8> {
-        let i = ack_index(self.slot, seq) as usize;
+        let i = ack_index(self.slot().index, seq) as usize;
         ack_status(self.path.acks.words()[i].load(Ordering::Acquire), seq)
+    }
+
+    /// Hands the answers in the flow's sockets, up to `RECV_BATCH`, to
+    /// `each`, in place (their UDP payloads); stops handing at `each`'s
+    /// first error.
+    fn take(&mut self, mut each: impl FnMut(&[u8]) -> Result<(), ClientError>) -> Result<usize, ClientError> {
+        let (mut got, mut result) = (0, Ok(()));
+        let slot = self.slot.as_mut().expect("a live flow has its slot");
+        for (queue, s) in self.path.queues.iter().zip(&mut slot.sockets) {
+            if got == RECV_BATCH || result.is_err() {
+                break;
+            }
+            self.taken.clear();
+            s.take((RECV_BATCH - got) as u32, &mut self.taken);
+            for d in &self.taken {
+                if let (Some(payload), true) = (udp_payload(queue.view.bytes(d.addr, d.len)), result.is_ok()) {
+                    result = each(payload);
+                    got += 1;
+                }
+            }
+            if !self.taken.is_empty() {
+                queue.owner.lock().expect("owner lock").give_back(&self.taken);
+            }
+        }
+        result.map(|()| got)
     }
 
     /// Hands the socket answers waiting to `each`; with `wait`, waits up
@@ -322,7 +353,7 @@ impl Flow<'_> {
     /// system call carries them through the path: the wait spins, yielding,
     /// then naps.
     pub async fn recv(
-        &self,
+        &mut self,
         wait: bool,
         w: &mut Window,
         acks: bool,
@@ -330,9 +361,12 @@ impl Flow<'_> {
     ) -> Result<(), ClientError> {
         let start = Instant::now();
         loop {
-            let got = self.path.take(self.port, |d| each(w, d))?;
-            let acked = || acks && w.unanswered().any(|p| self.acked(w.seq(p)).is_some());
-            if got > 0 || !wait || start.elapsed() >= WAIT || acked() {
+            let got = self.take(|d| each(w, d))?;
+            if got > 0
+                || !wait
+                || start.elapsed() >= WAIT
+                || (acks && w.unanswered().any(|p| self.acked(w.seq(p)).is_some()))
+            {
                 return Ok(());
             }
             if start.elapsed() < SPIN {
@@ -393,10 +427,8 @@ fn local_v4(sock: &UdpSocket, node: Ipv4Addr) -> Result<std::net::SocketAddrV4, 
     }
 }
 
-/// The destination port and UDP payload of a steered frame (Ethernet,
-/// IPv4 without options, UDP).
-fn udp_payload(frame: &[u8]) -> Option<(u16, &[u8])> {
-    let port = u16::from_be_bytes([*frame.get(36)?, *frame.get(37)?]);
+/// The UDP payload of a steered frame (Ethernet, IPv4 without options, UDP).
+fn udp_payload(frame: &[u8]) -> Option<&[u8]> {
     let udp_len = u16::from_be_bytes([*frame.get(38)?, *frame.get(39)?]) as usize;
-    Some((port, frame.get(STEER_LEN..STEER_LEN - 8 + udp_len)?))
+    frame.get(STEER_LEN..STEER_LEN - 8 + udp_len)
 }
