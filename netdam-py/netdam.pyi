@@ -66,7 +66,15 @@ class Client:
         retries: int = 10,
         mtu: int = 1500,
         window: int = 128,
-    ) -> None: ...
+        streams: int = 0,
+        afxdp: bool = False,
+    ) -> None:
+        """A client of the node at ``ip``. ``write`` and ``read`` stripe a
+        large transfer over ``streams`` threads (0: one per CPU, one more
+        with ``afxdp``, at most 4). ``afxdp`` takes the answers off the
+        kernel's UDP stack through a steering XDP program on this host's
+        interface (root; the interface must have no XDP program, so not
+        on a host serving a node there; docs/client.md)."""
     def ping(self) -> float:
         """A NOP; the round-trip time in seconds."""
     def write(self, rkey: int, addr: int, data: bytes | bytearray | memoryview | np.ndarray) -> None: ...

@@ -50,7 +50,8 @@ impl Client {
 #[pymethods]
 impl Client {
     #[new]
-    #[pyo3(signature = (ip, port = DEFAULT_PORT, timeout_ms = 200, retries = 10, mtu = 1500, window = 128))]
+    #[pyo3(signature = (ip, port = DEFAULT_PORT, timeout_ms = 200, retries = 10, mtu = 1500, window = 128, streams = 0, afxdp = false))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         ip: &str,
@@ -59,6 +60,8 @@ impl Client {
         retries: u32,
         mtu: u32,
         window: usize,
+        streams: usize,
+        afxdp: bool,
     ) -> PyResult<Client> {
         let node: Ipv4Addr = ip
             .parse()
@@ -73,6 +76,11 @@ impl Client {
                 "mtu {mtu} is not an IP MTU of 100 to 9216 (the path's, e.g. 1500)"
             )));
         }
+        if streams > 64 {
+            return Err(PyValueError::new_err(format!(
+                "streams {streams}: a transfer is striped over 1 to 64 threads (0: one per CPU)"
+            )));
+        }
         if !(1..1024).contains(&window) {
             return Err(PyValueError::new_err(format!(
                 "window {window}: requests in flight are 1 to 1023 (PROTOCOL.md section 7)"
@@ -84,7 +92,8 @@ impl Client {
             retries,
             window,
             mtu,
-            ..ClientConfig::default()
+            streams,
+            afxdp,
         };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()

@@ -14,6 +14,7 @@ NODE = "198.18.0.1"
 ROUND_TRIP_ADDR = 0x10000
 ATOMIC_ADDR = 0x300000
 VECTOR_ADDR = 0x310000
+STRIPED_ADDR = 0x400000
 
 
 def round_trip(data, addr):
@@ -32,6 +33,37 @@ def test_write_and_read_back_a_megabyte_byte_exact(testbed):
     assert isinstance(back, bytes)
     assert back == data
     assert into.tobytes() == data
+
+
+def striped_round_trip(data, addr):
+    c = netdam.Client(NODE, streams=3)
+    c.write(RKEY, addr, data)
+    return c.read(RKEY, addr, len(data))
+
+
+def test_a_transfer_striped_over_three_threads_is_byte_exact(testbed):
+    # 3 MiB + 5 bytes: 2,185 requests, three stripes of about 728.
+    data = np.random.default_rng(2).integers(0, 256, (3 << 20) + 5, dtype=np.uint8).tobytes()
+    assert testbed.run(1, striped_round_trip, data, STRIPED_ADDR) == data
+
+
+def afxdp_refused():
+    try:
+        netdam.Client(NODE, afxdp=True)
+    except netdam.Error as e:
+        return str(e)
+    return None
+
+
+def test_afxdp_on_a_host_that_serves_a_node_is_refused_with_the_reason(testbed):
+    # Every host of the session serves a node, whose program holds eth0.
+    err = testbed.run(1, afxdp_refused)
+    assert err is not None and "holds the interface" in err, err
+
+
+def test_streams_beyond_64_is_a_value_error():
+    with pytest.raises(ValueError, match="streams 65"):
+        netdam.Client(NODE, streams=65)
 
 
 def write_array_read_floats(arr, addr):
