@@ -707,6 +707,18 @@ fn afxdp_transfers_are_byte_exact_and_leave_the_interface_as_found() {
     assert!(!refused.status.success(), "{err}");
     assert!(err.contains("holds the interface") && err.contains("UDP path"), "{err}");
     assert!(xdp_attached(&tb, 0), "the node's own program is untouched");
+    // Without privileges: the reason and the way out.
+    let unprivileged = tb
+        .command(1, "setpriv")
+        .unwrap()
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"])
+        .arg(netdam_bin())
+        .args(["read", "--afxdp", "--node", &node, "--rkey", "0x1234", "--addr", "0", "--len", "1", "--out", "/dev/null"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&unprivileged.stderr);
+    assert!(!unprivileged.status.success(), "{err}");
+    assert!(err.contains("needs root") && err.contains("leave out --afxdp"), "{err}");
 }
 
 /// SIGTERM (as Ctrl-C's SIGINT) in the middle of a lab run removes its

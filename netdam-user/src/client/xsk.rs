@@ -142,7 +142,12 @@ impl XskPath {
         let ifindex = Interface::lookup(&name).map_err(|e| fail(e.to_string()))?.index;
         let mut ebpf = EbpfLoader::new()
             .load(NETDAM_CLIENT_XDP)
-            .map_err(|e| fail(format!("loading the client's steering program: {e}")))?;
+            .map_err(|e| {
+                fail(format!(
+                    "loading the client's steering program: {e} (the AF_XDP path needs root, or CAP_BPF, \
+                     CAP_NET_ADMIN and CAP_NET_RAW; without them, leave out --afxdp)"
+                ))
+            })?;
         let prog: &mut Xdp = ebpf
             .program_mut("netdam_client_rx")
             .ok_or_else(|| fail("the client's object has no netdam_client_rx"))?
