@@ -65,7 +65,7 @@ class Client:
         timeout_ms: int = 200,
         retries: int = 10,
         mtu: int = 1500,
-        window: int = 128,
+        window: int = 192,
         streams: int = 0,
         afxdp: bool = False,
     ) -> None:

@@ -50,7 +50,7 @@ impl Client {
 #[pymethods]
 impl Client {
     #[new]
-    #[pyo3(signature = (ip, port = DEFAULT_PORT, timeout_ms = 200, retries = 10, mtu = 1500, window = 128, streams = 0, afxdp = false))]
+    #[pyo3(signature = (ip, port = DEFAULT_PORT, timeout_ms = 200, retries = 10, mtu = 1500, window = 192, streams = 0, afxdp = false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,

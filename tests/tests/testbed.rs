@@ -711,9 +711,28 @@ fn afxdp_transfers_are_byte_exact_and_leave_the_interface_as_found() {
     let unprivileged = tb
         .command(1, "setpriv")
         .unwrap()
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ])
         .arg(netdam_bin())
-        .args(["read", "--afxdp", "--node", &node, "--rkey", "0x1234", "--addr", "0", "--len", "1", "--out", "/dev/null"])
+        .args([
+            "read",
+            "--afxdp",
+            "--node",
+            &node,
+            "--rkey",
+            "0x1234",
+            "--addr",
+            "0",
+            "--len",
+            "1",
+            "--out",
+            "/dev/null",
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&unprivileged.stderr);

@@ -46,7 +46,10 @@ pub struct ClientConfig {
     pub timeout: Duration,
     /// Resends of an idempotent request before giving up.
     pub retries: u32,
-    /// Requests in flight at once in a transfer (fewer than 1024, section 7).
+    /// Requests in flight at once in a transfer (fewer than 1024, section
+    /// 7), shared out among its stripes. 192: veth's rings hold 256 frames,
+    /// and 3 stripes of 128 overran them now and then (a resend after a
+    /// timeout); 3 of 64 measured best (docs/client.md).
     pub window: usize,
     /// IP MTU of the path: sets the largest payload per request.
     pub mtu: u32,
@@ -55,9 +58,8 @@ pub struct ClientConfig {
     /// carry their own sends through the path (veth, and NICs' transmit
     /// queues), one thread is one CPU's worth. 1 turns striping off; 0
     /// (the default) is one per CPU, one more on the AF_XDP path (whose
-    /// waits cost no CPU, so a third stripe fills the gaps: 2 stripes
-    /// wrote 64 MiB at 780 to 960 MB/s on this 2-core VM, 3 at 1,010 to
-    /// 1,040, where the UDP path lost frames to veth's rings), at most 4.
+    /// waits cost little, so a third stripe fills the gaps; figures in
+    /// docs/client.md), at most 4.
     pub streams: usize,
     /// Take WRITE and READ transfers' answers off the kernel's UDP stack
     /// (`xsk`, docs/client.md): a steering program on the interface that
@@ -73,7 +75,7 @@ impl Default for ClientConfig {
             port: DEFAULT_PORT,
             timeout: Duration::from_millis(200),
             retries: 10,
-            window: 128,
+            window: 192,
             mtu: 1500,
             streams: 0,
             afxdp: false,
@@ -308,10 +310,10 @@ impl Client {
     }
 
     /// Writes `data` at `addr` of region `rkey`, in MTU-sized acknowledged
-    /// WRITEs with `window` in flight per stream, sent and answered in
-    /// batches (one system call for many requests), striped over
-    /// threads (`ClientConfig::streams`); `progress` gets the bytes of each
-    /// finished piece.
+    /// WRITEs with `window` in flight (shared out among the stripes), sent
+    /// and answered in batches (one system call for many requests), striped
+    /// over threads (`ClientConfig::streams`); `progress` gets the bytes of
+    /// each finished piece.
     pub async fn write(
         &self,
         rkey: u32,
@@ -320,12 +322,13 @@ impl Client {
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<(), ClientError> {
         let unit = self.unit("write")?;
-        let stripes = self
-            .stripes(data.len().div_ceil(unit))
+        let ranges = self.stripes(data.len().div_ceil(unit));
+        let window = self.cfg.window.div_ceil(ranges.len());
+        let stripes = ranges
             .into_iter()
             .map(|r| {
                 let part = &data[r.start * unit..data.len().min(r.end * unit)];
-                self.write_stripe(rkey, addr + (r.start * unit) as u64, part, unit, progress)
+                self.write_stripe(rkey, addr + (r.start * unit) as u64, part, unit, window, progress)
             })
             .collect();
         self.run_stripes(stripes).await
@@ -337,6 +340,7 @@ impl Client {
         addr: u64,
         data: &[u8],
         unit: usize,
+        window: usize,
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<(), ClientError> {
         let piece = |i: usize| {
@@ -348,7 +352,7 @@ impl Client {
             h.set_len(bytes.len() as u16);
             (h, bytes)
         };
-        self.transfer("WRITE", data.len().div_ceil(unit), piece, |i, _| {
+        self.transfer("WRITE", data.len().div_ceil(unit), window, piece, |i, _| {
             progress(unit.min(data.len() - i * unit));
             Ok(())
         })
@@ -367,12 +371,13 @@ impl Client {
         let unit = self.unit("read")?;
         let mut out = vec![0u8; len];
         let ranges = self.stripes(len.div_ceil(unit));
+        let window = self.cfg.window.div_ceil(ranges.len());
         let mut rest = out.as_mut_slice();
         let mut stripes = Vec::new();
         for r in ranges {
             let (part, tail) = rest.split_at_mut((r.end * unit).min(len) - r.start * unit);
             rest = tail;
-            stripes.push(self.read_stripe(rkey, addr + (r.start * unit) as u64, part, unit, progress));
+            stripes.push(self.read_stripe(rkey, addr + (r.start * unit) as u64, part, unit, window, progress));
         }
         self.run_stripes(stripes).await?;
         Ok(out)
@@ -384,6 +389,7 @@ impl Client {
         addr: u64,
         out: &mut [u8],
         unit: usize,
+        window: usize,
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<(), ClientError> {
         let len = out.len();
@@ -396,7 +402,7 @@ impl Client {
             h.set_len(size(i) as u16);
             (h, &padding[..size(i)])
         };
-        self.transfer("READ", len.div_ceil(unit), piece, |i, r| {
+        self.transfer("READ", len.div_ceil(unit), window, piece, |i, r| {
             let n = size(i);
             if r.payload.len() != n || r.hdr.len() as usize != n {
                 return Err(ClientError::Malformed {
@@ -476,6 +482,7 @@ impl Client {
         &self,
         op: &'static str,
         n: usize,
+        window: usize,
         piece: impl Fn(usize) -> (NetdamHdr, &'a [u8]) + Sync,
         mut answered: impl FnMut(usize, Answer<'_>) -> Result<(), ClientError> + Send,
     ) -> Result<(), ClientError> {
@@ -492,7 +499,7 @@ impl Client {
         };
         let base = self.seq.fetch_add(count, Ordering::Relaxed);
         let attempts = 1 + self.cfg.retries;
-        let mut w = Window::new(base, n, self.cfg.window, self.cfg.timeout, attempts);
+        let mut w = Window::new(base, n, window, self.cfg.timeout, attempts);
         let mut bufs = RecvBufs::new(self.cfg.mtu as usize);
         let mut due = Vec::new();
         let mut acks = Vec::new();

@@ -140,14 +140,12 @@ impl XskPath {
             .map_err(|e| fail(e.to_string()))?
             .ok_or_else(|| fail(format!("no interface holds {}, the address towards {node}", local.ip())))?;
         let ifindex = Interface::lookup(&name).map_err(|e| fail(e.to_string()))?.index;
-        let mut ebpf = EbpfLoader::new()
-            .load(NETDAM_CLIENT_XDP)
-            .map_err(|e| {
-                fail(format!(
-                    "loading the client's steering program: {e} (the AF_XDP path needs root, or CAP_BPF, \
+        let mut ebpf = EbpfLoader::new().load(NETDAM_CLIENT_XDP).map_err(|e| {
+            fail(format!(
+                "loading the client's steering program: {e} (the AF_XDP path needs root, or CAP_BPF, \
                      CAP_NET_ADMIN and CAP_NET_RAW; without them, leave out --afxdp)"
-                ))
-            })?;
+            ))
+        })?;
         let prog: &mut Xdp = ebpf
             .program_mut("netdam_client_rx")
             .ok_or_else(|| fail("the client's object has no netdam_client_rx"))?
@@ -375,6 +373,8 @@ impl Flow<'_> {
                 return Ok(());
             }
             if start.elapsed() < SPIN {
+                // Let another stripe on this CPU run (sched_yield), then the runtime.
+                std::thread::yield_now();
                 tokio::task::yield_now().await;
             } else {
                 std::thread::sleep(NAP);

@@ -25,8 +25,8 @@ pub(crate) struct NodeArgs {
     /// Resends before giving up.
     #[arg(long, default_value_t = 10)]
     pub(crate) retries: u32,
-    /// Requests in flight at once (1..1023).
-    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u16).range(1..1024))]
+    /// Requests in flight at once (1..1023), shared out among the stripes.
+    #[arg(long, default_value_t = 192, value_parser = clap::value_parser!(u16).range(1..1024))]
     pub(crate) window: u16,
     /// IP MTU of the path to the node: sets the payload per request.
     #[arg(long, default_value_t = 1500, value_parser = clap::value_parser!(u32).range(100..=9216))]
