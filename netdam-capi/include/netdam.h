@@ -114,6 +114,9 @@ typedef struct netdam_client_config {
     uint32_t timeout_ms;  /* per attempt; 0: 200 */
     uint32_t retries;     /* resends of an idempotent request; 0: 10 */
     uint32_t mtu;         /* IP MTU of the path; 0: 1500 */
+    uint32_t window;      /* requests in flight per transfer, shared out among its stripes; 0: 192 */
+    uint32_t streams;     /* threads a large WRITE or READ is striped over; 0: one per CPU (+1 with afxdp), at most 4 */
+    uint32_t afxdp;       /* nonzero: answers off the kernel's UDP stack (docs/client.md; root, an interface without XDP) */
 } netdam_client_config;
 
 /* node_ip: dotted IPv4, e.g. "198.18.0.2"; config NULL: every default. */

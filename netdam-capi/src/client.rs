@@ -27,6 +27,9 @@ pub struct netdam_client_config {
     pub timeout_ms: u32,
     pub retries: u32,
     pub mtu: u32,
+    pub window: u32,
+    pub streams: u32,
+    pub afxdp: u32,
 }
 
 /// `v`, or `default` when it is 0 (netdam.h's "0: the default").
@@ -46,7 +49,9 @@ impl netdam_client_config {
             timeout: or(Duration::from_millis(self.timeout_ms.into()), d.timeout),
             retries: or(self.retries, d.retries),
             mtu: or(self.mtu, d.mtu),
-            ..d
+            window: or(self.window as usize, d.window),
+            streams: self.streams as usize,
+            afxdp: self.afxdp != 0,
         }
     }
 }

@@ -76,6 +76,9 @@ static int consts(void) {
     LAYOUT(netdam_client_config, timeout_ms);
     LAYOUT(netdam_client_config, retries);
     LAYOUT(netdam_client_config, mtu);
+    LAYOUT(netdam_client_config, window);
+    LAYOUT(netdam_client_config, streams);
+    LAYOUT(netdam_client_config, afxdp);
     printf("sizeof(netdam_group_config)=%zu\n", sizeof(netdam_group_config));
     LAYOUT(netdam_group_config, rkey);
     LAYOUT(netdam_group_config, scratch_addr);
@@ -181,7 +184,8 @@ static void element(netdam_dtype d, uint64_t i, int which, uint8_t *out) {
 
 static int client(char **argv) {
     netdam_client *c = NULL;
-    netdam_client_config cfg = {0, 200, 5, 0};
+    /* Three stripes asked for: a transfer of 1,024 requests or more is split. */
+    netdam_client_config cfg = {0, 200, 5, 0, 0, 3, 0};
     uint32_t rkey = (uint32_t)number(argv[1]);
     uint64_t addr = number(argv[2]), len = number(argv[3]), seed = number(argv[4]);
     CHECK(netdam_client_open(argv[0], &cfg, &c));
@@ -372,7 +376,7 @@ static int errors(char **argv) {
     report("not_ipv4", netdam_client_open("198.18.0", NULL, &c));
     expect(c == NULL, "a failed open leaves its handle NULL");
 
-    netdam_client_config quick = {0, 50, 1, 0};
+    netdam_client_config quick = {0, 50, 1, 0, 0, 0, 0};
     if (netdam_client_open(peer, &quick, &c) != NETDAM_OK) failed("netdam_client_open");
     report("bad_key", netdam_read(c, 0xDEAD, 0, v, sizeof v));
     report("out_of_bounds", netdam_read(c, rkey, mem - 8, v, sizeof v));

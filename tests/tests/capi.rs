@@ -142,6 +142,9 @@ fn the_header_compiles_as_c_and_cpp_and_agrees_with_the_library() {
         ),
         ("offsetof(netdam_client_config,retries)", offset_of!(Client, retries)),
         ("offsetof(netdam_client_config,mtu)", offset_of!(Client, mtu)),
+        ("offsetof(netdam_client_config,window)", offset_of!(Client, window)),
+        ("offsetof(netdam_client_config,streams)", offset_of!(Client, streams)),
+        ("offsetof(netdam_client_config,afxdp)", offset_of!(Client, afxdp)),
         ("sizeof(netdam_group_config)", size_of::<Group>()),
         ("offsetof(netdam_group_config,rkey)", offset_of!(Group, rkey)),
         (
@@ -237,8 +240,9 @@ fn settings_from_defaults_a_file_and_the_environment() {
 fn c_reads_the_node_memory_and_runs_every_client_op() {
     let (tb, _served) = testbed(2);
     let pin0 = tb.hosts[0].pin_dir.display().to_string();
-    // 100000 bytes: about 70 requests at MTU 1500.
-    let (addr, len, seed) = (0x1000u64, 100_000u64, 17u64);
+    // 1,500,000 bytes: 1,042 requests at MTU 1500, which the C config's 3
+    // stripes split in 2 (a stripe is at least 512 requests).
+    let (addr, len, seed) = (0x1000u64, 1_500_000u64, 17u64);
     let out = succeeded(&mut capi_in(
         &tb,
         0,
