@@ -184,7 +184,7 @@ pub struct Client {
     pending: Pending,
     seq: AtomicU32,
     receiver: JoinHandle<()>,
-    /// The AF_XDP path of transfers (`ClientConfig::afxdp`); one transfer at a time.
+    /// The AF_XDP path of transfers (`ClientConfig::afxdp`), shared by their stripes.
     xsk: Option<xsk::XskPath>,
 }
 
@@ -322,8 +322,7 @@ impl Client {
         progress: &(dyn Fn(usize) + Sync),
     ) -> Result<(), ClientError> {
         let unit = self.unit("write")?;
-        let ranges = self.stripes(data.len().div_ceil(unit));
-        let window = self.cfg.window.div_ceil(ranges.len());
+        let (ranges, window) = self.stripes(data.len().div_ceil(unit));
         let stripes = ranges
             .into_iter()
             .map(|r| {
@@ -370,8 +369,7 @@ impl Client {
     ) -> Result<Vec<u8>, ClientError> {
         let unit = self.unit("read")?;
         let mut out = vec![0u8; len];
-        let ranges = self.stripes(len.div_ceil(unit));
-        let window = self.cfg.window.div_ceil(ranges.len());
+        let (ranges, window) = self.stripes(len.div_ceil(unit));
         let mut rest = out.as_mut_slice();
         let mut stripes = Vec::new();
         for r in ranges {
@@ -432,11 +430,15 @@ impl Client {
         }
     }
 
-    /// The pieces 0..n as contiguous stripes, one per stream: fewer when
-    /// a stripe would be short of MIN_STRIPE.
-    fn stripes(&self, n: usize) -> Vec<std::ops::Range<usize>> {
+    /// The pieces 0..n as contiguous stripes, one per stream (fewer when a
+    /// stripe would be short of MIN_STRIPE), and each stripe's share of
+    /// the window.
+    fn stripes(&self, n: usize) -> (Vec<std::ops::Range<usize>>, usize) {
         let k = self.streams().min(n / MIN_STRIPE).max(1);
-        (0..k).map(|j| j * n / k..(j + 1) * n / k).collect()
+        (
+            (0..k).map(|j| j * n / k..(j + 1) * n / k).collect(),
+            self.cfg.window.div_ceil(k),
+        )
     }
 
     /// Runs the stripes of a transfer: one here; several on threads of
