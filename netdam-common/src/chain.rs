@@ -522,9 +522,18 @@ pub const fn ring_cell_stride(mtu: u32, members: usize) -> u64 {
     cell::HDR_LEN + room.next_multiple_of(cell::ALIGN)
 }
 
-/// Elements per chunk packet (section 6): floor((MTU - 60 - sr_len) / w).
+/// Elements per chunk packet of the version-2 ring: as many as fit
+/// (MTU - 60 - sr_len bytes), rounded down to whole 8-byte words, so that
+/// every chunk of an 8-aligned vector starts 8-aligned and the nodes fold
+/// its 4-byte elements two to a word (section 6 of version 1 has
+/// floor((MTU - 60 - sr_len) / w), which is odd for 4-byte elements at MTU
+/// 3498 and 9000: every other chunk then took the element-wise path).
 pub const fn ring_chunk_elems(mtu: u32, members: usize, width: u32) -> u32 {
-    (mtu - 60 - ring_sr_len(members) as u32) / width
+    let room = mtu - 60 - ring_sr_len(members) as u32;
+    if room < 8 {
+        return room / width;
+    }
+    room / 8 * 8 / width
 }
 
 /// The member that originates chunk `k`: k mod N.
@@ -544,13 +553,18 @@ pub const fn ring_hop(i: usize, members: usize) -> HopOp {
     }
 }
 
-/// The member that segment `i` of originator `o`'s ring program names:
-/// o+1, ..., o+N-1, o, ..., o+N-2 (mod N).
+/// The member that segment `i` of originator `o`'s version-2 ring program
+/// names: o+1, ..., o+N-1, then o+1, ..., o+N-2, o (mod N). The WRITE pass
+/// ends at the originator's own node, so the last hop's answer is handed to
+/// the originator's stack there and crosses no link (version 1's section 6
+/// writes o, ..., o+N-2, whose last node answers across the fabric).
 pub const fn ring_member(origin: usize, i: usize, members: usize) -> usize {
     if i < members - 1 {
         (origin + 1 + i) % members
+    } else if i + 1 < 2 * (members - 1) {
+        (origin + 1 + i - (members - 1)) % members
     } else {
-        (origin + i - (members - 1)) % members
+        origin
     }
 }
 
@@ -610,18 +624,38 @@ mod tests {
 
     #[test]
     fn ring_program_matches_section_6() {
-        // N = 4, origin 1: 2:REDUCE 3:REDUCE 0:REDUCE_WRITE 1:WRITE 2:WRITE 3:WRITE
+        // N = 4, origin 1: 2:REDUCE 3:REDUCE 0:REDUCE_WRITE 2:WRITE 3:WRITE 1:WRITE
         let members: [usize; 6] = core::array::from_fn(|i| ring_member(1, i, 4));
         let ops: [HopOp; 6] = core::array::from_fn(|i| ring_hop(i, 4));
-        assert_eq!(members, [2, 3, 0, 1, 2, 3]);
+        assert_eq!(members, [2, 3, 0, 2, 3, 1]);
         use HopOp::*;
         assert_eq!(ops, [Reduce, Reduce, ReduceWrite, Write, Write, Write]);
+        // N = 3, origin 2: 0:REDUCE 1:REDUCE_WRITE 0:WRITE 2:WRITE.
+        let three: [usize; 4] = core::array::from_fn(|i| ring_member(2, i, 3));
+        assert_eq!(three, [0, 1, 0, 2]);
         // N = 2: o+1:REDUCE_WRITE, o:WRITE.
         assert_eq!([ring_member(0, 0, 2), ring_member(0, 1, 2)], [1, 0]);
+        // Every member is written once, the originator last.
+        for n in 2..=MAX_RING {
+            for o in 0..n {
+                let mut written = [0u8; MAX_RING];
+                for i in n - 1..2 * (n - 1) {
+                    written[ring_member(o, i, n)] += 1;
+                }
+                written[(o + n - 1) % n] += 1; // REDUCE_WRITE
+                assert!(written[..n].iter().all(|&w| w == 1), "n {n} o {o}");
+                assert_eq!(ring_member(o, 2 * (n - 1) - 1, n), o);
+            }
+        }
         assert_eq!([ring_hop(0, 2), ring_hop(1, 2)], [ReduceWrite, Write]);
         // The largest ring fits 15 segments.
         const { assert!(2 * (MAX_RING - 1) <= MAX_SEGMENTS) };
         assert_eq!(ring_chunk_elems(1500, 4, 4), (1500 - 60 - 72) / 4);
+        // Whole 8-byte words: 3498 and 9000 leave an odd number of 4-byte elements.
+        assert_eq!(ring_chunk_elems(3498, 4, 4), 840);
+        assert_eq!(ring_chunk_elems(9000, 4, 4), 2216);
+        assert_eq!(ring_chunk_elems(9000, 4, 8), 1108);
+        assert_eq!(ring_chunk_elems(9000, 8, 4), (9000 - 60 - 136) / 8 * 2);
     }
 
     #[test]

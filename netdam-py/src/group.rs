@@ -166,8 +166,8 @@ impl Group {
     }
 
     /// Elements per ring chunk E for elements of ``dtype`` (anything
-    /// ``numpy.dtype`` takes): floor((mtu - 60 - 16 - 16 (size - 1)) / width),
-    /// PROTOCOL.md section 6. Chunk k (elements kE to (k+1)E - 1) is
+    /// ``numpy.dtype`` takes): floor((mtu - 60 - 24 - 16 (size - 1)) / 8) * 8 / width,
+    /// whole 8-byte words (PROTOCOL.md, version 2). Chunk k (elements kE to (k+1)E - 1) is
     /// started by member k mod size, and its elements are folded in from
     /// that member on: ((x_o + x_(o+1)) + ...) + x_(o+size-1).
     fn chunk_elems(&self, dtype: &Bound<'_, PyAny>) -> PyResult<u32> {

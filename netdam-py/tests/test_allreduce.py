@@ -83,9 +83,9 @@ def run_group(testbed, cases):
 def check(outcomes, cases):
     chunks = outcomes[0][1]
     for dtype, width in [("int32", 4), ("uint32", 4), ("int64", 8), ("uint64", 8), ("float32", 4)]:
-        # E = floor((MTU - 60 - sr_len) / w), sr_len = 16 + 8 x 2(N-1) segments of the
+        # E = floor((MTU - 60 - sr_len) / 8) * 8 / w, sr_len = 16 + 8 x 2(N-1) segments of the
         # ring program + 8 for the version-2 trailer, call word and cell address (docs/PROTOCOL.md, version 2).
-        assert chunks[dtype] == (MTU - 60 - (16 + 8 * 2 * (NODES - 1) + 8)) // width
+        assert chunks[dtype] == (MTU - 60 - (16 + 8 * 2 * (NODES - 1) + 8)) // 8 * 8 // width
     for c, (dtype, op, count, in_place) in enumerate(cases):
         inputs = [member_input(r, dtype, op, count) for r in range(NODES)]
         expected = ring_result(inputs, op, chunks[dtype])

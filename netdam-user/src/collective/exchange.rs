@@ -85,6 +85,15 @@ pub enum Stopped {
 const MIN_WAIT: Duration = Duration::from_micros(10);
 const MAX_WAIT: Duration = Duration::from_millis(5);
 
+/// Bytes of the buffer answers are received into: any datagram.
+const RECEIVE_BUF_LEN: usize = 65536;
+
+thread_local! {
+    /// The thread's answer buffer, kept from one exchange to the next: a
+    /// small all-reduce took 2.5% of its CPU zeroing a new one every call.
+    static RECEIVE_BUF: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum State {
     Unsent,
@@ -222,7 +231,8 @@ pub fn exchange(
     let mut next_unsent = 0usize;
     let mut in_flight = 0usize;
     let mut done = 0usize;
-    let mut rbuf = vec![0u8; 65536];
+    let mut rbuf = RECEIVE_BUF.take();
+    rbuf.resize(RECEIVE_BUF_LEN, 0);
     sock.set_nonblocking(true).map_err(Stopped::Io)?;
     // Sends request i; the number of this send.
     fn send(tx: &mut impl Transmit, seq_base: u32, i: usize, slots: &mut [Slot]) -> Result<u32, Stopped> {
@@ -351,6 +361,7 @@ pub fn exchange(
             deadlines.push(Reverse((Instant::now() + pacing.timeout, i, s)));
         }
     }
+    RECEIVE_BUF.set(rbuf);
     Ok(sent)
 }
 
