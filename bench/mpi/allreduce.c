@@ -1,6 +1,6 @@
 /* MPI_Allreduce timing for the all-reduce benchmark (bench/src/allreduce.rs):
- * int32 sum, sizes MIN..MAX bytes doubling, ITERS(size) timed calls after one
- * warmup, every result checked. Rank 0 prints one JSON line per size:
+ * int32 sum, sizes MIN..MAX bytes doubling, ITERS(size) timed calls after
+ * ITERS/10 (at least one) untimed ones, every result checked. Rank 0 prints one JSON line per size:
  * {"bytes":B,"time_us":T,"wrong":W,"cpu_ns":C}, T the slowest rank's mean,
  * C the whole machine's busy CPU time per call during the timed calls
  * (/proc/stat, as netdam_lab::cpu::machine_busy_ns counts it). */
@@ -14,6 +14,12 @@
 static int iters_for(long bytes) {
     long n = (16L << 20) / bytes;
     return n < 3 ? 3 : (n > 200 ? 200 : (int)n);
+}
+
+/* Untimed calls before them, as bench/src/allreduce.rs makes them. */
+static int warmups_for(long bytes) {
+    int n = iters_for(bytes) / 10;
+    return n < 1 ? 1 : n;
 }
 
 /* Busy ns of all CPUs so far: every /proc/stat field but idle and iowait. */
@@ -47,7 +53,8 @@ int main(int argc, char **argv) {
         long count = bytes / 4;
         for (long i = 0; i < count; i++) in[i] = input(rank, i);
         int iters = iters_for(bytes);
-        MPI_Allreduce(in, out, (int)count, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        for (int k = 0; k < warmups_for(bytes); k++)
+            MPI_Allreduce(in, out, (int)count, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
         MPI_Barrier(MPI_COMM_WORLD);
         double cpu0 = busy_ns();
         double t0 = MPI_Wtime();

@@ -89,6 +89,14 @@ fn iters_for(bytes: u64) -> u32 {
     ((16u64 << 20) / bytes).clamp(3, 200) as u32
 }
 
+/// Untimed all-reduces before them (bench/mpi/allreduce.c's too): with one,
+/// the first size of a sweep (8 B) took 38 us where the next took 24 to
+/// 28, for NetDAM and OpenMPI alike (members, and MPI's lazily opened
+/// connections, still settling after the previous system's run).
+fn warmups_for(bytes: u64) -> u32 {
+    (iters_for(bytes) / 10).max(1)
+}
+
 #[derive(Serialize)]
 struct Row {
     bytes: u64,
@@ -423,7 +431,7 @@ fn place_inputs<N: MemberNode + 'static>(members: &[MemberThread<N>], bytes: u64
     Ok(())
 }
 
-/// One size on every member: warmup, timed iterations, the output checked
+/// One size on every member: `warmups_for` untimed calls, timed iterations, the output checked
 /// when `check`. The slowest member's mean time, the machine's CPU time per
 /// all-reduce over member 0's timed calls, and the wrong elements of all.
 fn sweep_size<N: MemberNode + 'static>(
@@ -438,7 +446,9 @@ fn sweep_size<N: MemberNode + 'static>(
         .iter()
         .map(|m| {
             m.submit(move |c| -> Result<(f64, f64, u64), String> {
-                c.allreduce(&op).map_err(|e| e.to_string())?;
+                for _ in 0..warmups_for(bytes) {
+                    c.allreduce(&op).map_err(|e| e.to_string())?;
+                }
                 let mut total = 0.0;
                 let cpu0 = machine_busy_ns();
                 for _ in 0..iters {
