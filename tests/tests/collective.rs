@@ -18,6 +18,7 @@ use netdam_tests::{
 use netdam_user::{
     collective::{inputs::member_input, Allreduce, CollectiveConfig, Report, TxPath},
     controller::LocalNode,
+    stats::Stats,
 };
 
 /// Where every member keeps its input and output (the sync area is at 0).
@@ -157,6 +158,48 @@ fn four_members_every_dtype_op_and_size() {
 #[test]
 fn eight_members_every_dtype_op_and_size() {
     every_dtype_op_and_size(8);
+}
+
+/// The version-2 ring ends its WRITE pass at the originator's own node
+/// (docs/PROTOCOL.md, version 2), which hands the answer to its host: every
+/// chunk a member originates is answered by its own node, and no answer of
+/// a completed chunk crosses the fabric.
+#[test]
+fn every_chunk_is_answered_by_its_originators_own_node() {
+    let ring = Ring::new(4, "4MiB", CollectiveConfig::default());
+    let event = |i: usize, name: &str| -> u64 {
+        Stats::read_pinned(&ring.tb.hosts[i].pin_dir)
+            .expect("the node's counters")
+            .events
+            .iter()
+            .find(|e| e.event == name)
+            .map_or(0, |e| e.count)
+    };
+    let counts = |name: &str| -> Vec<u64> { (0..4).map(|i| event(i, name)).collect() };
+    let (local0, wire0) = (counts("pass_local_answer"), counts("pass_response"));
+    // 293 chunks: 74 or 73 a member.
+    let op = op(100_000, Dtype::I32, Alu::Add);
+    let answers = ring.allreduce(&op, &inputs(11, 4, &op));
+    let (local1, wire1) = (counts("pass_local_answer"), counts("pass_response"));
+    for (rank, answer) in answers.into_iter().enumerate() {
+        let (report, _) = answer.unwrap_or_else(|e| panic!("member {rank}: {e}"));
+        assert!(report.own_chunks >= 73, "member {rank}: {report:?}");
+        let local = local1[rank] - local0[rank];
+        assert!(
+            (report.own_chunks..=report.sent).contains(&local),
+            "member {rank}: its node answered {local} chunks to it, it originated {} and sent {} requests",
+            report.own_chunks,
+            report.sent
+        );
+        // Only early answers (HELD, NOT_READY) come from other members' nodes.
+        let wire = wire1[rank] - wire0[rank];
+        assert!(
+            wire <= report.held + report.not_ready,
+            "member {rank}: {wire} answers came across the fabric, {} HELD and {} NOT_READY",
+            report.held,
+            report.not_ready
+        );
+    }
 }
 
 #[test]
