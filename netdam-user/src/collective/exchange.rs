@@ -200,7 +200,8 @@ where
 /// arriving on the socket are ignored. With `parked`, a request answered
 /// STALE is set aside there (index, SR idx of the answer) instead of
 /// stopping the exchange: the collective repairs it (docs/PROTOCOL.md,
-/// version 2).
+/// version 2). `sock` must be non-blocking: the answers are drained until
+/// it would block.
 pub fn exchange(
     sock: &UdpSocket,
     pacing: &Pacing,
@@ -233,7 +234,6 @@ pub fn exchange(
     let mut done = 0usize;
     let mut rbuf = RECEIVE_BUF.take();
     rbuf.resize(RECEIVE_BUF_LEN, 0);
-    sock.set_nonblocking(true).map_err(Stopped::Io)?;
     // Sends request i; the number of this send.
     fn send(tx: &mut impl Transmit, seq_base: u32, i: usize, slots: &mut [Slot]) -> Result<u32, Stopped> {
         tx.send(i, seq_base.wrapping_add(i as u32)).map_err(Stopped::Io)?;
