@@ -623,7 +623,7 @@ mod tests {
     }
 
     #[test]
-    fn ring_program_matches_section_6() {
+    fn ring_program_is_the_version_2_ring() {
         // N = 4, origin 1: 2:REDUCE 3:REDUCE 0:REDUCE_WRITE 2:WRITE 3:WRITE 1:WRITE
         let members: [usize; 6] = core::array::from_fn(|i| ring_member(1, i, 4));
         let ops: [HopOp; 6] = core::array::from_fn(|i| ring_hop(i, 4));

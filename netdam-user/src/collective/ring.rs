@@ -184,9 +184,10 @@ mod tests {
             nop_hops: false,
         };
         let plan = RingPlan::new(3, Dtype::F32, 100, 200).unwrap();
-        assert_eq!(plan.chunk_elems, (200 - 60 - 56) / 4);
+        // Whole 8-byte words of the 84 bytes left: 20 elements, not 21.
+        assert_eq!(plan.chunk_elems, (200 - 60 - 56) / 8 * 8 / 4);
         let mut buf = Vec::new();
-        // Chunk 1 starts at member 1: 2:REDUCE 0:REDUCE_WRITE 1:WRITE 2:WRITE.
+        // Chunk 1 starts at member 1: 2:REDUCE 0:REDUCE_WRITE 2:WRITE 1:WRITE.
         let to = r.chunk_header(&plan, 1, 99, &mut buf);
         assert_eq!(to, group[2]);
         let h = NetdamHdr::from_bytes(&buf).unwrap();
@@ -194,11 +195,11 @@ mod tests {
             (h.version, h.opcode, h.sr_len, h.seq(), h.tag()),
             (VERSION_2, Opcode::Chain as u8, 56, 99, 5)
         );
-        assert_eq!((h.addr(), h.len()), (0x1000 + 21 * 4, 21 * 4));
+        assert_eq!((h.addr(), h.len()), (0x1000 + 20 * 4, 20 * 4));
         let sr = SrFixed::from_bytes(&buf[32..]).unwrap();
         assert_eq!(
             (sr.n, sr.idx, sr.origin_port(), sr.dst_addr()),
-            (4, 0, 40000, 0x9000 + 84)
+            (4, 0, 40000, 0x9000 + 80)
         );
         let segs: Vec<(u8, u8)> = (0..4)
             .map(|i| {
@@ -212,8 +213,8 @@ mod tests {
             [
                 (3, Reduce as u8),
                 (1, ReduceWrite as u8),
-                (2, Write as u8),
-                (3, Write as u8)
+                (3, Write as u8),
+                (2, Write as u8)
             ]
         );
         // The trailer: the call word, then chunk 1's cell.
