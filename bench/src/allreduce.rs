@@ -302,8 +302,11 @@ fn int32_sum(bytes: u64, output: u64) -> Allreduce {
 /// call started by all members together (a barrier) and then either at once
 /// or after each member's seeded random offset of 0 to `skew_us`; a call's
 /// cost runs from the first member's start to the last member's return.
-/// Prints the medians and whether each skewed call kept within its largest
-/// offset plus 1.2x the unskewed median.
+/// A member's offset is when it made its call, measured: a sleep of the
+/// drawn offset ends 20 to 90 us after it here (timer slack, the timer's
+/// wake-up), and that is the harness's time, not the call's. Prints the
+/// medians and whether each skewed call kept within its largest offset plus
+/// 1.2x the unskewed median.
 fn skew_table(members: &[MemberThread<LocalNode>], sizes: &[u64], output: u64, reps: u32, skew_us: u64) -> Result<()> {
     use std::sync::{Arc, Barrier};
     let n = members.len();
@@ -332,12 +335,13 @@ fn skew_table(members: &[MemberThread<LocalNode>], sizes: &[u64], output: u64, r
                     .zip(&offsets)
                     .map(|(m, &off)| {
                         let barrier = barrier.clone();
-                        m.submit(move |c| -> Result<(Instant, Instant), String> {
+                        m.submit(move |c| -> Result<(Instant, Instant, Instant), String> {
                             barrier.wait();
                             let start = Instant::now();
                             std::thread::sleep(Duration::from_micros(off));
+                            let called = Instant::now();
                             c.allreduce(&op).map_err(|e| e.to_string())?;
-                            Ok((start, Instant::now()))
+                            Ok((start, called, Instant::now()))
                         })
                     })
                     .collect();
@@ -346,9 +350,10 @@ fn skew_table(members: &[MemberThread<LocalNode>], sizes: &[u64], output: u64, r
                     spans.push(rx.recv().context("member thread")?.map_err(anyhow::Error::msg)?);
                 }
                 let first = spans.iter().map(|s| s.0).min().expect("members");
-                let last = spans.iter().map(|s| s.1).max().expect("members");
+                let last = spans.iter().map(|s| s.2).max().expect("members");
                 let cost = (last - first).as_secs_f64() * 1e6;
-                let largest = *offsets.iter().max().expect("members") as f64;
+                let latest_call = spans.iter().map(|s| s.1).max().expect("members");
+                let largest = (latest_call - first).as_secs_f64() * 1e6;
                 match skew {
                     false => together.push(cost),
                     true => skewed.push((cost, largest)),
