@@ -671,13 +671,7 @@ fn afxdp_transfers_are_byte_exact_and_leave_the_interface_as_found() {
         ],
     ));
     assert!(!xdp_attached(&tb, 1), "the client's program left with the client");
-    ok(&netdam(
-        &tb,
-        1,
-        &[
-            "read", "--afxdp", "--node", &node, "--rkey", "0x1234", "--addr", "4099", "--len", &len, "--out", o,
-        ],
-    ));
+    ok(&netdam(&tb, 1, &afxdp_read(&node, "4099", &len, o)));
     assert!(std::fs::read(&output).unwrap() == data, "the bytes read back differ");
     // Read back over UDP too: the AF_XDP writes reached the node's memory.
     read_file(&tb, 1, &node, "4099", &len, &output);
@@ -685,24 +679,7 @@ fn afxdp_transfers_are_byte_exact_and_leave_the_interface_as_found() {
         std::fs::read(&output).unwrap() == data,
         "the bytes read back over UDP differ"
     );
-    let refused = netdam(
-        &tb,
-        0,
-        &[
-            "read",
-            "--afxdp",
-            "--node",
-            &tb.hosts[1].ip.to_string(),
-            "--rkey",
-            "0x1234",
-            "--addr",
-            "0",
-            "--len",
-            "1",
-            "--out",
-            o,
-        ],
-    );
+    let refused = netdam(&tb, 0, &afxdp_read(&tb.hosts[1].ip.to_string(), "0", "1", o));
     let err = String::from_utf8_lossy(&refused.stderr);
     assert!(!refused.status.success(), "{err}");
     assert!(err.contains("holds the interface") && err.contains("UDP path"), "{err}");
@@ -719,25 +696,19 @@ fn afxdp_transfers_are_byte_exact_and_leave_the_interface_as_found() {
             "--bounding-set=-all",
         ])
         .arg(netdam_bin())
-        .args([
-            "read",
-            "--afxdp",
-            "--node",
-            &node,
-            "--rkey",
-            "0x1234",
-            "--addr",
-            "0",
-            "--len",
-            "1",
-            "--out",
-            "/dev/null",
-        ])
+        .args(afxdp_read(&node, "0", "1", "/dev/null"))
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&unprivileged.stderr);
     assert!(!unprivileged.status.success(), "{err}");
     assert!(err.contains("needs root") && err.contains("leave out --afxdp"), "{err}");
+}
+
+/// `netdam read --afxdp` of `len` bytes at `addr` of region 0x1234 on `node` into `out`.
+fn afxdp_read<'a>(node: &'a str, addr: &'a str, len: &'a str, out: &'a str) -> [&'a str; 12] {
+    [
+        "read", "--afxdp", "--node", node, "--rkey", "0x1234", "--addr", addr, "--len", len, "--out", out,
+    ]
 }
 
 /// SIGTERM (as Ctrl-C's SIGINT) in the middle of a lab run removes its
